@@ -1,0 +1,46 @@
+"""Every exception a user of `sandbox` can catch, in one hierarchy.
+
+Each message names what was wrong and what to do instead.
+"""
+
+from __future__ import annotations
+
+
+class SandboxError(Exception):
+    """Base class of every error raised by this library."""
+
+
+class ConfigurationError(SandboxError, ValueError):
+    """A tool, policy, provider or store was configured with an invalid value."""
+
+
+class PolicyFileError(ConfigurationError):
+    """A policy file (TOML) could not be loaded: names the file, field and value."""
+
+
+class UnknownToolError(SandboxError, LookupError):
+    """A call named a tool the runner does not have."""
+
+
+class UnknownConfirmationError(SandboxError, LookupError):
+    """A confirmation id that the store has never issued."""
+
+
+class UnknownCallError(SandboxError, LookupError):
+    """A call id that the store does not know."""
+
+
+class DuplicateCallError(SandboxError, ValueError):
+    """A call id was reused for a different tool or different arguments."""
+
+
+class ConfirmationStateError(SandboxError):
+    """A confirmation can no longer be answered (already decided, expired, in doubt)."""
+
+
+class StoreError(SandboxError):
+    """The approval store could not be opened or is from an incompatible version."""
+
+
+class AuditError(SandboxError):
+    """The audit log could not be written or failed verification."""
