@@ -1,0 +1,459 @@
+"""`ToolRunner`: the gate every tool call passes through.
+
+Order of a call: validate the arguments → record the call (a known call id is answered
+from the record, never run again) → the tool's own refusal check (`precheck`: a blocked
+bash command never reaches a human) → `require_confirmation` → ask the provider, or park
+the request in the store → claim the single-use grant → run → record the result.
+A tool may also ask from inside (`tool_context.request_confirmation`); it is then invoked
+again, with `tool_context.tool_confirmation` set, once the answer is an approval.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from ..audit import AuditLog, Redactor, redact_secrets
+from ..errors import (
+    ConfigurationError,
+    ConfirmationStateError,
+    DuplicateCallError,
+    UnknownToolError,
+)
+from ..tools.base import BaseTool, ToolArgumentError
+from ..tools.context import ToolConfirmation, ToolContext
+from .models import ConfirmationRequest, Decision, args_digest
+from .providers import ConfirmationProvider, to_decision
+from .store import ApprovalStore, CallRecord, _Owner, new_id
+
+T = TypeVar("T")
+
+
+class _Failure:
+    """Why a provider produced no decision: it raised, or ran out of time."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        self.kind = kind  # "error" | "timeout" | "pending"
+        self.message = message
+
+
+class ToolRunner:
+    """Runs tools behind the approval gate.
+
+    ``provider`` answers confirmation requests as they arise; with no provider, a request
+    waits in the store and the call returns ``{"status": "awaiting_confirmation",
+    "confirmation_id": ...}`` until `resume` is called, from this or any other process
+    sharing ``store_path``.
+    """
+
+    def __init__(
+        self,
+        tools: Iterable[BaseTool],
+        *,
+        provider: ConfirmationProvider | None = None,
+        store: ApprovalStore | None = None,
+        store_path: str | None = None,
+        audit: AuditLog | None = None,
+        audit_path: str | None = None,
+        redact: Redactor | None = redact_secrets,
+        approval_ttl: float | None = None,
+        max_rounds: int = 4,
+        session_id: str | None = None,
+    ) -> None:
+        self._tools: dict[str, BaseTool] = {}
+        for tool in tools:
+            if not isinstance(tool, BaseTool):
+                raise ConfigurationError(
+                    f"ToolRunner takes BaseTool instances; wrap plain functions as "
+                    f"FunctionTool({getattr(tool, '__name__', tool)!r})"
+                )
+            if tool.name in self._tools:
+                raise ConfigurationError(
+                    f"two tools are named {tool.name!r}; give one of them another name"
+                )
+            self._tools[tool.name] = tool
+        if store is not None and store_path is not None:
+            raise ConfigurationError("pass either store or store_path, not both")
+        if provider is not None and not isinstance(provider, ConfirmationProvider):
+            raise ConfigurationError(
+                f"{type(provider).__name__} is not a ConfirmationProvider: it needs "
+                "name, timeout, on_timeout and an async confirm(request) method"
+            )
+        if approval_ttl is not None and approval_ttl <= 0:
+            raise ConfigurationError(
+                f"approval_ttl must be a positive number of seconds or None, got {approval_ttl}"
+            )
+        if audit is not None and audit_path is not None:
+            raise ConfigurationError("pass either audit or audit_path, not both")
+        self.store = store if store is not None else ApprovalStore(store_path)
+        self.provider = provider
+        self.audit = audit if audit is not None else AuditLog(audit_path, redact=redact)
+        self.approval_ttl = approval_ttl
+        self.max_rounds = max_rounds
+        self.session_id = session_id
+        # A file may be shared with other processes whose SQLite locks we may wait on:
+        # keep those waits off the event loop. An in-memory store never waits.
+        self._offload = self.store.path is not None
+        if self._offload:
+            for rec in self.store.in_doubt():
+                self.audit.emit("tool.in_doubt", tool=rec.tool, call_id=rec.call_id,
+                                digest=rec.digest)
+
+    # -- public API ------------------------------------------------------------------
+
+    @property
+    def tools(self) -> dict[str, BaseTool]:
+        return dict(self._tools)
+
+    async def call(
+        self, name: str, args: dict[str, Any] | None = None, call_id: str | None = None
+    ) -> dict[str, Any]:
+        """Run tool ``name`` with ``args`` under the gate; return its result dict.
+
+        A call id identifies one call forever: calling again with the same id and the
+        same arguments returns the recorded outcome (``"replayed": True``) and never runs
+        the tool again; with other arguments it raises `DuplicateCallError`.
+        """
+        tool = self._tool(name)
+        call_id = call_id or new_id("call")
+        args = {} if args is None else args
+        try:
+            args = tool.validate_args(args)
+            digest = args_digest(name, args)
+        except (ToolArgumentError, ConfigurationError) as exc:
+            message = exc.message if isinstance(exc, ToolArgumentError) else str(exc)
+            self.audit.emit("tool.rejected", tool=name, call_id=call_id, reason=message)
+            return {"status": "error", "error": message}
+        existing = await self._db(self.store.open_call, call_id, name, digest, args,
+                                  self.session_id)
+        if existing is not None:
+            return await self._replay(existing, name, digest)
+        return await self._gate(tool, call_id, args, digest, round_=0)
+
+    async def pending(self) -> list[ConfirmationRequest]:
+        """Confirmation requests waiting for an answer, oldest first."""
+        return await self._db(self.store.pending)
+
+    async def resume(
+        self,
+        confirmation_id: str,
+        confirmation: ToolConfirmation | Decision | dict[str, Any] | bool,
+        *,
+        args: dict[str, Any] | None = None,
+        decided_by: str | None = None,
+        channel: str = "resume",
+    ) -> dict[str, Any]:
+        """Answer a pending request and, if approved, run the call it belongs to.
+
+        ``confirmation`` is a `ToolConfirmation` (ADK's shape), a `Decision`, a dict in
+        either shape, or a bool. ``args``, when given, must be exactly the arguments the
+        request was made for; anything else is refused and nothing runs.
+        """
+        req = await self._db(self.store.get_request, confirmation_id)
+        tool = self._tool(req.tool)
+        if isinstance(confirmation, dict):
+            decision = (
+                Decision.model_validate(confirmation)
+                if "outcome" in confirmation
+                else to_decision(ToolConfirmation.parse(confirmation), channel=channel)
+            )
+        else:
+            decision = to_decision(confirmation, channel=channel)
+        if decided_by is not None and decision.decided_by is None:
+            decision = decision.model_copy(update={"decided_by": decided_by})
+        if args is not None and args_digest(req.tool, args) != req.digest:
+            message = (
+                f"the arguments sent with confirmation {confirmation_id} differ from the ones "
+                "it was requested for; the tool was not run. Ask for a new confirmation, or "
+                "answer with Decision.edit(args) to change them"
+            )
+            self.audit.emit("tool.rejected", tool=req.tool, call_id=req.call_id,
+                            digest=args_digest(req.tool, args), reason=message)
+            return {"status": "rejected", "error": message, "call_id": req.call_id}
+        rounds = await self._db(self.store.count_requests, req.call_id)
+        return await self._apply(tool, req, decision, round_=rounds)
+
+    async def in_doubt(self) -> list[CallRecord]:
+        """Calls that started in a process which died before recording their end."""
+        return await self._db(self.store.in_doubt)
+
+    def call_sync(self, name: str, args: dict[str, Any] | None = None,
+                  call_id: str | None = None) -> dict[str, Any]:
+        """`call` for code without an event loop."""
+        return anyio.run(self.call, name, args, call_id)
+
+    def resume_sync(self, confirmation_id: str,
+                    confirmation: ToolConfirmation | Decision | dict[str, Any] | bool,
+                    **kwargs: Any) -> dict[str, Any]:
+        async def go() -> dict[str, Any]:
+            return await self.resume(confirmation_id, confirmation, **kwargs)
+
+        return anyio.run(go)
+
+    # -- the gate --------------------------------------------------------------------
+
+    async def _gate(self, tool: BaseTool, call_id: str, args: dict[str, Any], digest: str,
+                    *, round_: int) -> dict[str, Any]:
+        try:
+            blocked = await tool.precheck(args)
+        except Exception as exc:  # a broken check must not let the call through
+            return await self._end(tool, call_id, digest, "error", {
+                "status": "error",
+                "error": f"{tool.name}: checking the call failed ({type(exc).__name__}: {exc});"
+                         " the tool was not run",
+            }, event="tool.failed")
+        if blocked is not None:
+            return await self._end(tool, call_id, digest, "blocked",
+                                   {"status": "blocked", **blocked}, event="tool.blocked")
+        try:
+            hint = await tool.confirmation_needed(args)
+        except Exception as exc:
+            return await self._end(tool, call_id, digest, "error", {
+                "status": "error",
+                "error": f"{tool.name}: require_confirmation failed ({type(exc).__name__}: "
+                         f"{exc}); the tool was not run",
+            }, event="tool.failed")
+        if hint is not None:
+            kind = "predicate" if callable(getattr(tool, "require_confirmation", None)) else "static"
+            return await self._ask(tool, call_id, args, digest, hint=hint, payload=None,
+                                   kind=kind, round_=round_)
+        return await self._execute(tool, call_id, args, digest, None, round_=round_)
+
+    async def _ask(self, tool: BaseTool, call_id: str, args: dict[str, Any], digest: str, *,
+                   hint: str, payload: Any, kind: str, round_: int,
+                   edited_from: str | None = None) -> dict[str, Any]:
+        if round_ >= self.max_rounds:
+            return await self._end(tool, call_id, digest, "error", {
+                "status": "error",
+                "error": f"{tool.name} asked for confirmation {round_} times in one call "
+                         f"(max_rounds={self.max_rounds}); the call was stopped",
+            }, event="tool.failed")
+        expires = time.time() + self.approval_ttl if self.approval_ttl else None
+        try:
+            details = tool.describe(args)
+        except Exception:
+            details = {}
+        try:
+            req = await self._db(
+                self.store.add_request, call_id=call_id, tool=tool.name, args=args,
+                digest=digest, hint=hint, payload=payload, kind=kind, expires_at=expires,
+                details=details, edited_from=edited_from, session_id=self.session_id,
+            )
+        except ConfirmationStateError as exc:
+            return await self._end(tool, call_id, digest, "error",
+                                   {"status": "error", "error": str(exc)}, event="tool.failed")
+        self.audit.emit("tool.requested", tool=tool.name, call_id=call_id, digest=digest,
+                        args=args, confirmation_id=req.id, hint=hint, kind=kind,
+                        details=details or None)
+        if self.provider is None:
+            return _awaiting(req)
+        answer = await self._consult(self.provider, req)
+        if isinstance(answer, _Failure) and answer.kind == "pending":
+            self.audit.emit("tool.timed_out", tool=tool.name, call_id=call_id, digest=digest,
+                            confirmation_id=req.id, still_pending=True,
+                            channel=self.provider.name)
+            return {**_awaiting(req), "message": answer.message}
+        return await self._apply(tool, req, answer, round_=round_)
+
+    async def _consult(self, provider: ConfirmationProvider,
+                       req: ConfirmationRequest) -> Decision | _Failure:
+        timeout = provider.timeout
+        try:
+            with anyio.fail_after(timeout) if timeout else contextlib.nullcontext():
+                answer = await provider.confirm(req)
+            return to_decision(answer, channel=provider.name)
+        except TimeoutError:
+            if provider.on_timeout == "pending":
+                return _Failure("pending", f"no answer from {provider.name} within {timeout:g}s;"
+                                " the request stays pending")
+            return _Failure("timeout", f"no answer from {provider.name} within {timeout:g}s")
+        except Exception as exc:
+            return _Failure("error", f"confirmation provider {provider.name} failed: "
+                                     f"{type(exc).__name__}: {exc}")
+
+    async def _apply(self, tool: BaseTool, req: ConfirmationRequest,
+                     answer: Decision | _Failure, *, round_: int) -> dict[str, Any]:
+        call_id = req.call_id
+        if args_digest(req.tool, req.args) != req.digest:
+            answer = _Failure("error", "the stored arguments of this request do not match its "
+                                       "digest (the store was modified); refusing to run")
+        if isinstance(answer, _Failure):
+            status = "timed_out" if answer.kind == "timeout" else "error"
+            verb = "timed out" if status == "timed_out" else "failed"
+            result = {"status": status,
+                      "error": f"Confirmation {verb}: {answer.message}. The tool was not run."}
+            return await self._decide(tool, req, result, status=status, outcome=answer.kind,
+                                      reason=answer.message, channel=getattr(
+                                          self.provider, "name", None))
+        if answer.outcome == "deny":
+            reason = answer.reason or "no reason given"
+            result = {"status": "denied", "error": f"The user denied this call: {reason}",
+                      "reason": reason}
+            return await self._decide(tool, req, result, status="denied", outcome="deny",
+                                      reason=reason, decision=answer)
+        if answer.outcome == "approve":
+            refused = await self._decide(tool, req, None, status="approved", outcome="approve",
+                                         reason=answer.reason, decision=answer)
+            if refused is not None:
+                return refused
+            confirmation = ToolConfirmation(confirmed=True, hint=req.hint, payload=answer.payload)
+            return await self._execute(tool, call_id, req.args, req.digest, confirmation,
+                                       round_=round_)
+        return await self._apply_edit(tool, req, answer, round_=round_)
+
+    async def _apply_edit(self, tool: BaseTool, req: ConfirmationRequest, answer: Decision, *,
+                          round_: int) -> dict[str, Any]:
+        refused = await self._decide(tool, req, None, status="edited", outcome="edit",
+                                     reason=answer.reason, decision=answer)
+        if refused is not None:
+            return refused
+        new_args = answer.args or {}
+        call_id = req.call_id
+        try:
+            new_args = tool.validate_args(new_args)
+            new_digest = args_digest(tool.name, new_args)
+        except (ToolArgumentError, ConfigurationError) as exc:
+            message = exc.message if isinstance(exc, ToolArgumentError) else str(exc)
+            return await self._end(tool, call_id, req.digest, "rejected", {
+                "status": "rejected", "error": f"The edited arguments are invalid: {message}. "
+                                               "The tool was not run."}, event="tool.rejected")
+        # Edited arguments are a new call as far as policy goes: they pass the tool's own
+        # refusal check and its confirmation predicate again before anything runs.
+        blocked = await tool.precheck(new_args)
+        if blocked is not None:
+            return await self._end(tool, call_id, new_digest, "blocked",
+                                   {"status": "blocked", **blocked}, event="tool.blocked")
+        hint = await tool.confirmation_needed(new_args)
+        if hint is not None:
+            return await self._ask(tool, call_id, new_args, new_digest, hint=hint,
+                                   payload=req.payload, kind="edit", round_=round_ + 1,
+                                   edited_from=req.id)
+        await self._db(self.store.grant, call_id, new_digest, new_args)
+        confirmation = ToolConfirmation(confirmed=True, hint=req.hint, payload=answer.payload)
+        return await self._execute(tool, call_id, new_args, new_digest, confirmation,
+                                   round_=round_)
+
+    async def _decide(self, tool: BaseTool, req: ConfirmationRequest,
+                      result: dict[str, Any] | None, *, status: str, outcome: str,
+                      reason: str | None, decision: Decision | None = None,
+                      channel: str | None = None) -> dict[str, Any] | None:
+        """Record the request's one decision. Returns `result`, or a refusal if the
+        request had already been answered (by another channel, process or replay)."""
+        decided_by = decision.decided_by if decision else None
+        channel = (decision.channel if decision else None) or channel
+        try:
+            await self._db(
+                self.store.decide, req.id, status=status, outcome=outcome, reason=reason,
+                decided_by=decided_by, channel=channel,
+                decision=decision.model_dump(mode="json") if decision else None,
+                call_result=result,
+            )
+        except ConfirmationStateError as exc:
+            self.audit.emit("tool.rejected", tool=tool.name, call_id=req.call_id,
+                            digest=req.digest, confirmation_id=req.id, reason=str(exc))
+            return {"status": "rejected", "error": f"{exc}. Nothing was run.",
+                    "call_id": req.call_id}
+        self.audit.emit("tool.decided", tool=tool.name, call_id=req.call_id, digest=req.digest,
+                        confirmation_id=req.id, decision=status, reason=reason,
+                        decided_by=decided_by, channel=channel,
+                        edited_args=decision.args if decision and decision.args else None)
+        return result
+
+    async def _execute(self, tool: BaseTool, call_id: str, args: dict[str, Any], digest: str,
+                       confirmation: ToolConfirmation | None, *, round_: int) -> dict[str, Any]:
+        if not await self._db(self.store.start, call_id, digest):
+            rec = await self._db(self.store.get_call, call_id)
+            message = (f"call {call_id} cannot start: it is {rec.state}, and a grant is used "
+                       "once and only for the exact arguments approved")
+            self.audit.emit("tool.rejected", tool=tool.name, call_id=call_id, digest=digest,
+                            reason=message)
+            return {"status": "rejected", "error": message, "call_id": call_id}
+        self.audit.emit("tool.started", tool=tool.name, call_id=call_id, digest=digest)
+        ctx = ToolContext(function_call_id=call_id, tool_confirmation=confirmation,
+                          session_id=self.session_id)
+        ctx._gate_checked = True  # type: ignore[attr-defined]
+        try:
+            result = await tool.run_async(args=args, tool_context=ctx)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self._db(self.store.finish, call_id, "in_doubt",
+                               {"status": "in_doubt",
+                                "error": "cancelled while running; effects unknown"})
+                self.audit.emit("tool.in_doubt", tool=tool.name, call_id=call_id,
+                                digest=digest, reason="cancelled while running")
+            raise
+        except Exception as exc:
+            return await self._end(tool, call_id, digest, "failed", {
+                "status": "error",
+                "error": f"{tool.name} raised {type(exc).__name__}: {exc}"}, event="tool.failed")
+        requested = ctx.actions.requested_tool_confirmations.get(call_id)
+        if requested is not None:
+            return await self._ask(tool, call_id, args, digest, hint=requested.hint,
+                                   payload=requested.payload, kind="tool", round_=round_ + 1)
+        if not isinstance(result, dict):
+            result = {"result": result}
+        await self._db(self.store.finish, call_id, "done", result)
+        self.audit.emit("tool.finished", tool=tool.name, call_id=call_id, digest=digest,
+                        error=result.get("error"))
+        return result
+
+    async def _end(self, tool: BaseTool, call_id: str, digest: str, state: str,
+                   result: dict[str, Any], *, event: str) -> dict[str, Any]:
+        await self._db(self.store.finish, call_id, state, result)
+        self.audit.emit(event, tool=tool.name, call_id=call_id, digest=digest,
+                        error=result.get("error"))
+        return result
+
+    async def _replay(self, rec: CallRecord, name: str, digest: str) -> dict[str, Any]:
+        if rec.tool != name or rec.digest != digest:
+            raise DuplicateCallError(
+                f"call id {rec.call_id!r} was already used for {rec.tool} with other "
+                "arguments; every new call needs a new call id"
+            )
+        if rec.state == "awaiting" and rec.request_id:
+            req = await self._db(self.store.get_request, rec.request_id)
+            if req.status == "pending":
+                return _awaiting(req)
+            rec = await self._db(self.store.get_call, rec.call_id)
+        if rec.state == "started" and _Owner.alive(rec.owner) is False:
+            await self._db(self.store.in_doubt)
+            rec = await self._db(self.store.get_call, rec.call_id)
+        if rec.state == "in_doubt":
+            return {"status": "in_doubt", "call_id": rec.call_id, "error": (
+                f"call {rec.call_id} started but its process ended before recording the "
+                "outcome; it will not be run again. Check its effects, then make a new call "
+                "with a new call id if it is still needed")}
+        if isinstance(rec.result, dict):
+            return {**rec.result, "replayed": True}
+        return {"status": "running", "call_id": rec.call_id, "error": (
+            f"call {rec.call_id} is already {rec.state}; it will not be started twice")}
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _tool(self, name: str) -> BaseTool:
+        try:
+            return self._tools[name]
+        except KeyError:
+            known = ", ".join(sorted(self._tools)) or "none"
+            raise UnknownToolError(f"unknown tool {name!r}; this runner has: {known}") from None
+
+    async def _db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if not self._offload:
+            return fn(*args, **kwargs)
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+
+def _awaiting(req: ConfirmationRequest) -> dict[str, Any]:
+    return {
+        "status": "awaiting_confirmation",
+        "confirmation_id": req.id,
+        "call_id": req.call_id,
+        "tool": req.tool,
+        "hint": req.hint,
+        "message": f"Waiting for a human to confirm this call (confirmation id {req.id}).",
+    }

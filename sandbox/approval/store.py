@@ -1,0 +1,598 @@
+"""`ApprovalStore`: pending requests, single-use grants and the execution journal, in SQLite.
+
+Exactly-once rests on two guarded updates, each atomic in SQLite whatever the number of
+threads or processes sharing the file:
+
+- deciding a request moves it from ``pending`` to a final status only if it is still
+  ``pending`` (so two humans approving at once produce one decision, not two), and
+- starting a call moves it to ``started`` only from ``approved`` with a grant for
+  exactly the digest about to run (the grant is cleared in the same statement, so it is
+  single-use), or from ``new`` when no confirmation was needed.
+
+Every transition is also appended to ``journal``. A call left ``started`` by a process
+that no longer exists is reported as ``in_doubt`` and never started again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ..errors import (
+    ConfirmationStateError,
+    StoreError,
+    UnknownCallError,
+    UnknownConfirmationError,
+)
+from .models import ConfirmationRequest, canonical_json
+
+SCHEMA_VERSION = "1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS calls (
+    call_id      TEXT PRIMARY KEY,
+    tool         TEXT NOT NULL,
+    digest       TEXT NOT NULL,
+    args         TEXT NOT NULL,
+    state        TEXT NOT NULL,
+    request_id   TEXT,
+    grant_digest TEXT,
+    run_args     TEXT,
+    owner        TEXT,
+    result       TEXT,
+    session_id   TEXT,
+    created      REAL NOT NULL,
+    updated      REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS requests (
+    id          TEXT PRIMARY KEY,
+    call_id     TEXT NOT NULL,
+    tool        TEXT NOT NULL,
+    args        TEXT NOT NULL,
+    digest      TEXT NOT NULL,
+    hint        TEXT NOT NULL,
+    payload     TEXT,
+    kind        TEXT NOT NULL,
+    details     TEXT,
+    status      TEXT NOT NULL,
+    created     REAL NOT NULL,
+    expires     REAL,
+    decided     REAL,
+    outcome     TEXT,
+    reason      TEXT,
+    decided_by  TEXT,
+    channel     TEXT,
+    decision    TEXT,
+    edited_from TEXT,
+    session_id  TEXT
+);
+CREATE INDEX IF NOT EXISTS requests_by_status ON requests(status, created);
+CREATE INDEX IF NOT EXISTS requests_by_call ON requests(call_id);
+CREATE TABLE IF NOT EXISTS journal (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    call_id TEXT NOT NULL,
+    state   TEXT NOT NULL,
+    at      REAL NOT NULL,
+    owner   TEXT,
+    detail  TEXT
+);
+"""
+
+#: Call states. ``in_doubt``: started by a process that died before recording the end.
+TERMINAL_STATES = frozenset(
+    {"done", "failed", "denied", "blocked", "rejected", "timed_out", "error", "in_doubt",
+     "abandoned"}
+)
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    call_id: str
+    tool: str
+    digest: str
+    args: dict[str, Any]
+    state: str
+    request_id: str | None
+    owner: str | None
+    result: Any
+    session_id: str | None
+    created: float
+    updated: float
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _dt(ts: float | None) -> datetime | None:
+    return None if ts is None else datetime.fromtimestamp(ts, tz=timezone.utc)
+
+
+class _Owner:
+    """Identifies this process so that another can tell, later, whether it still lives.
+
+    A pid alone is not enough: pids are reused. The process start time makes the pair
+    unique on one host; the hostname keeps two machines sharing a file apart.
+    """
+
+    _pid = -1
+    _token = ""
+
+    @classmethod
+    def token(cls) -> str:
+        pid = os.getpid()
+        if pid != cls._pid:  # recomputed after fork
+            start = psutil.Process(pid).create_time()
+            cls._pid, cls._token = pid, f"{socket.gethostname()}:{pid}:{start:.3f}"
+        return cls._token
+
+    @staticmethod
+    def alive(token: str | None) -> bool | None:
+        """True/False for an owner on this host; None when it cannot be told from here."""
+        if not token:
+            return False
+        try:
+            host, pid_text, start_text = token.rsplit(":", 2)
+            pid, start = int(pid_text), float(start_text)
+        except ValueError:
+            return None
+        if host != socket.gethostname():
+            return None
+        try:
+            return abs(psutil.Process(pid).create_time() - start) < 0.01
+        except psutil.NoSuchProcess:
+            return False
+        except psutil.Error:
+            return None
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(12)}"
+
+
+class ApprovalStore:
+    """SQLite-backed store of calls, confirmation requests and the journal.
+
+    ``ApprovalStore()`` keeps everything in memory (one process); ``ApprovalStore(path)``
+    uses a file that several processes may share: pending requests survive restarts and
+    can be answered from another process.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        max_pending: int = 10_000,
+        busy_timeout: float = 10.0,
+    ) -> None:
+        if max_pending < 1:
+            raise StoreError(f"max_pending must be at least 1, got {max_pending}")
+        self.path = None if path is None or str(path) == ":memory:" else Path(path)
+        self.max_pending = max_pending
+        self._lock = threading.RLock()
+        target = ":memory:" if self.path is None else str(self.path)
+        if self.path is not None:
+            if not self.path.parent.exists():
+                raise StoreError(
+                    f"cannot open approval store {self.path}: directory "
+                    f"{self.path.parent} does not exist; create it first"
+                )
+            # The store decides what may run: keep it private to this user.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            os.close(fd)
+        try:
+            self._db = sqlite3.connect(
+                target, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            if self.path is not None:
+                self._db.execute("PRAGMA journal_mode = WAL")
+                # WAL + NORMAL survives a killed process (not a power cut) and keeps a
+                # commit at tens of microseconds instead of an fsync per write.
+                self._db.execute("PRAGMA synchronous = NORMAL")
+            self._db.executescript(_SCHEMA)
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                self._db.execute(
+                    "INSERT OR IGNORE INTO meta(key, value) VALUES('schema', ?)", (SCHEMA_VERSION,)
+                )
+            elif row[0] != SCHEMA_VERSION:
+                raise StoreError(
+                    f"approval store {target} has schema version {row[0]}, this library "
+                    f"uses {SCHEMA_VERSION}; use a new file or a matching library version"
+                )
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open approval store {target}: {exc}") from None
+
+    # -- plumbing --------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> ApprovalStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _tx(self) -> _Transaction:
+        return _Transaction(self)
+
+    def _journal(self, call_id: str, state: str, owner: str | None, detail: str | None = None,
+                 at: float | None = None) -> None:
+        self._db.execute(
+            "INSERT INTO journal(call_id, state, at, owner, detail) VALUES (?,?,?,?,?)",
+            (call_id, state, at or _now(), owner, detail),
+        )
+
+    # -- calls -----------------------------------------------------------------------
+
+    def open_call(
+        self, call_id: str, tool: str, digest: str, args: dict[str, Any],
+        session_id: str | None = None,
+    ) -> CallRecord | None:
+        """Record a new call; return the existing record instead if the id is known."""
+        now = _now()
+        owner = _Owner.token()
+        with self._tx():
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO calls(call_id, tool, digest, args, state, owner, "
+                "session_id, created, updated) VALUES (?,?,?,?,'new',?,?,?,?)",
+                (call_id, tool, digest, canonical_json(args), owner, session_id, now, now),
+            )
+            if cur.rowcount == 1:
+                self._journal(call_id, "new", owner, None, now)
+                return None
+            existing = self._get_call(call_id)
+            assert existing is not None
+            if existing.state in ("new", "editing") and _Owner.alive(existing.owner) is False:
+                # Never ran: its process died before starting it. Start over.
+                self._db.execute(
+                    "UPDATE calls SET state='new', owner=?, updated=? WHERE call_id=?",
+                    (owner, now, call_id),
+                )
+                self._journal(call_id, "new", owner, "reopened: owner died before start", now)
+                return None
+            return existing
+
+    def get_call(self, call_id: str) -> CallRecord:
+        with self._lock:
+            rec = self._get_call(call_id)
+        if rec is None:
+            raise UnknownCallError(
+                f"unknown call id {call_id!r}: no call with this id was made through this store"
+            )
+        return rec
+
+    def _get_call(self, call_id: str) -> CallRecord | None:
+        row = self._db.execute(
+            "SELECT call_id, tool, digest, args, state, request_id, owner, result, session_id, "
+            "created, updated FROM calls WHERE call_id=?",
+            (call_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        return CallRecord(
+            call_id=row[0], tool=row[1], digest=row[2], args=json.loads(row[3]), state=row[4],
+            request_id=row[5], owner=row[6],
+            result=None if row[7] is None else json.loads(row[7]), session_id=row[8],
+            created=row[9], updated=row[10],
+        )
+
+    def start(self, call_id: str, digest: str) -> bool:
+        """Claim the right to run: True for exactly one caller, and only for `digest`."""
+        owner = _Owner.token()
+        now = _now()
+        with self._tx():
+            cur = self._db.execute(
+                "UPDATE calls SET state='started', owner=?, grant_digest=NULL, updated=? "
+                "WHERE call_id=? AND ((state='approved' AND grant_digest=?) "
+                "OR (state='new' AND digest=? AND owner=?))",
+                (owner, now, call_id, digest, digest, owner),
+            )
+            if cur.rowcount != 1:
+                return False
+            self._journal(call_id, "started", owner, digest, now)
+            return True
+
+    def finish(self, call_id: str, state: str, result: Any) -> None:
+        """Record the end of a call this process started (or refused before starting)."""
+        owner = _Owner.token()
+        now = _now()
+        with self._tx():
+            self._db.execute(
+                "UPDATE calls SET state=?, result=?, updated=? WHERE call_id=? AND owner=? "
+                "AND state IN ('new', 'started', 'editing', 'awaiting')",
+                (state, _dump(result), now, call_id, owner),
+            )
+            self._journal(call_id, state, owner, None, now)
+
+    def grant(self, call_id: str, digest: str, run_args: dict[str, Any]) -> None:
+        """Turn an `editing` call into an `approved` one bound to the edited digest."""
+        owner = _Owner.token()
+        with self._tx():
+            cur = self._db.execute(
+                "UPDATE calls SET state='approved', grant_digest=?, run_args=?, updated=? "
+                "WHERE call_id=? AND state='editing' AND owner=?",
+                (digest, canonical_json(run_args), _now(), call_id, owner),
+            )
+            if cur.rowcount != 1:
+                raise ConfirmationStateError(f"call {call_id} is no longer being edited here")
+            self._journal(call_id, "approved", owner, digest)
+
+    def in_doubt(self) -> list[CallRecord]:
+        """Mark calls whose starter died as in doubt, and return every in-doubt call."""
+        with self._tx():
+            for call_id, owner in self._db.execute(
+                "SELECT call_id, owner FROM calls WHERE state IN ('started', 'new', 'editing')"
+            ).fetchall():
+                if _Owner.alive(owner) is False:
+                    state = self._db.execute(
+                        "SELECT state FROM calls WHERE call_id=?", (call_id,)
+                    ).fetchone()[0]
+                    new_state = "in_doubt" if state == "started" else "abandoned"
+                    self._db.execute(
+                        "UPDATE calls SET state=?, updated=? WHERE call_id=? AND owner=?",
+                        (new_state, _now(), call_id, owner),
+                    )
+                    self._journal(call_id, new_state, owner, "owner process is gone")
+            rows = self._db.execute(
+                "SELECT call_id FROM calls WHERE state='in_doubt' ORDER BY updated"
+            ).fetchall()
+            return [rec for (cid,) in rows if (rec := self._get_call(cid)) is not None]
+
+    def count_requests(self, call_id: str) -> int:
+        with self._lock:
+            (n,) = self._db.execute(
+                "SELECT COUNT(*) FROM requests WHERE call_id=?", (call_id,)
+            ).fetchone()
+        return int(n)
+
+    def journal(self, call_id: str) -> list[tuple[str, float, str | None]]:
+        with self._lock:
+            return [
+                (state, at, detail)
+                for state, at, detail in self._db.execute(
+                    "SELECT state, at, detail FROM journal WHERE call_id=? ORDER BY seq",
+                    (call_id,),
+                )
+            ]
+
+    # -- requests --------------------------------------------------------------------
+
+    def add_request(
+        self,
+        *,
+        call_id: str,
+        tool: str,
+        args: dict[str, Any],
+        digest: str,
+        hint: str,
+        payload: Any,
+        kind: str,
+        expires_at: float | None,
+        details: dict[str, Any] | None = None,
+        edited_from: str | None = None,
+        session_id: str | None = None,
+    ) -> ConfirmationRequest:
+        rid = new_id("cf")
+        now = _now()
+        owner = _Owner.token()
+        with self._tx():
+            (count,) = self._db.execute(
+                "SELECT COUNT(*) FROM requests WHERE status='pending'"
+            ).fetchone()
+            if count >= self.max_pending:
+                raise ConfirmationStateError(
+                    f"{count} confirmation requests are already pending (max_pending="
+                    f"{self.max_pending}); answer or expire some, or raise max_pending"
+                )
+            cur = self._db.execute(
+                "UPDATE calls SET state='awaiting', request_id=?, owner=?, updated=? "
+                "WHERE call_id=? AND state IN ('new', 'started', 'editing') AND owner=?",
+                (rid, owner, now, call_id, owner),
+            )
+            if cur.rowcount != 1:
+                raise ConfirmationStateError(
+                    f"call {call_id} cannot wait for confirmation: it is not in progress here"
+                )
+            self._db.execute(
+                "INSERT INTO requests(id, call_id, tool, args, digest, hint, payload, kind, "
+                "details, status, created, expires, edited_from, session_id) "
+                "VALUES (?,?,?,?,?,?,?,?,?,'pending',?,?,?,?)",
+                (rid, call_id, tool, canonical_json(args), digest, hint, _dump(payload), kind,
+                 _dump(details or {}), now, expires_at, edited_from, session_id),
+            )
+            self._journal(call_id, "awaiting", owner, rid, now)
+        return ConfirmationRequest(
+            id=rid, call_id=call_id, tool=tool, args=args, hint=hint, payload=payload,
+            digest=digest, kind=kind, created_at=_dt(now), expires_at=_dt(expires_at),  # type: ignore[arg-type]
+            edited_from=edited_from, session_id=session_id, details=details or {},
+        )
+
+    def decide(
+        self,
+        request_id: str,
+        *,
+        status: str,
+        outcome: str | None = None,
+        reason: str | None = None,
+        decided_by: str | None = None,
+        channel: str | None = None,
+        decision: dict[str, Any] | None = None,
+        call_result: Any = None,
+    ) -> ConfirmationRequest:
+        """Record the one decision a pending request gets; raise if it already has one.
+
+        ``status`` is the request's final status (approved, denied, timed_out, error,
+        edited). Approving also grants the call, bound to the request's digest; an edit
+        leaves the call ``editing`` until `grant` or `add_request` continues it.
+        """
+        now = _now()
+        owner = _Owner.token()
+        with self._tx():
+            req = self._get_request(request_id)
+            if req is None:
+                raise UnknownConfirmationError(
+                    f"unknown confirmation id {request_id!r}: it was never issued by this "
+                    "store (check the id, and that you opened the same store file)"
+                )
+            if req.status != "pending":
+                row = self._db.execute(
+                    "SELECT decided_by, channel, decided FROM requests WHERE id=?", (request_id,)
+                ).fetchone()
+                who = row[0] or row[1] or "another decider"
+                raise ConfirmationStateError(
+                    f"confirmation {request_id} was already answered ({req.status}, by {who}); "
+                    "a confirmation is answered once and a grant is used once"
+                )
+            if req.expires_at is not None and now > req.expires_at.timestamp() and status in (
+                "approved", "denied", "edited"
+            ):
+                self._expire(req, now)
+                raise ConfirmationStateError(
+                    f"confirmation {request_id} expired at {req.expires_at.isoformat()} and "
+                    "was recorded as timed out; it can no longer be answered"
+                )
+            self._db.execute(
+                "UPDATE requests SET status=?, decided=?, outcome=?, reason=?, decided_by=?, "
+                "channel=?, decision=? WHERE id=? AND status='pending'",
+                (status, now, outcome, reason, decided_by, channel, _dump(decision), request_id),
+            )
+            if status == "approved":
+                call_state, grant = "approved", req.digest
+            elif status == "edited":
+                call_state, grant = "editing", None
+            else:
+                call_state, grant = status, None
+            self._db.execute(
+                "UPDATE calls SET state=?, grant_digest=?, owner=?, result=?, updated=? "
+                "WHERE call_id=? AND state='awaiting' AND request_id=?",
+                (call_state, grant, owner, _dump(call_result), now, req.call_id, request_id),
+            )
+            self._journal(req.call_id, call_state, owner, f"{request_id} by {decided_by or channel}",
+                          now)
+        return req.model_copy(update={"status": status})
+
+    def _expire(self, req: ConfirmationRequest, now: float) -> None:
+        self._db.execute(
+            "UPDATE requests SET status='timed_out', decided=?, outcome='timeout', "
+            "reason='expired before an answer' WHERE id=? AND status='pending'",
+            (now, req.id),
+        )
+        self._db.execute(
+            "UPDATE calls SET state='timed_out', updated=? WHERE call_id=? AND state='awaiting' "
+            "AND request_id=?",
+            (now, req.call_id, req.id),
+        )
+        self._journal(req.call_id, "timed_out", None, f"{req.id} expired", now)
+
+    def get_request(self, request_id: str) -> ConfirmationRequest:
+        with self._lock:
+            req = self._get_request(request_id)
+        if req is None:
+            raise UnknownConfirmationError(
+                f"unknown confirmation id {request_id!r}: it was never issued by this store"
+            )
+        return req
+
+    def request_decision(self, request_id: str) -> dict[str, Any] | None:
+        """The recorded decision of an answered request (outcome, reason, who, channel)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT status, outcome, reason, decided_by, channel, decided, decision "
+                "FROM requests WHERE id=?",
+                (request_id,),
+            ).fetchone()
+        if row is None or row[0] == "pending":
+            return None
+        return {
+            "status": row[0], "outcome": row[1], "reason": row[2], "decided_by": row[3],
+            "channel": row[4], "decided_at": _dt(row[5]),
+            "decision": None if row[6] is None else json.loads(row[6]),
+        }
+
+    def _get_request(self, request_id: str) -> ConfirmationRequest | None:
+        row = self._db.execute(
+            f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE id=?", (request_id,)
+        ).fetchone()
+        return None if row is None else _request_from_row(row)
+
+    def pending(self, *, session_id: str | None = None) -> list[ConfirmationRequest]:
+        """Requests still waiting for an answer, oldest first; expired ones are closed."""
+        now = _now()
+        with self._tx():
+            for row in self._db.execute(
+                f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE status='pending' "
+                "AND expires IS NOT NULL AND expires < ?",
+                (now,),
+            ).fetchall():
+                self._expire(_request_from_row(row), now)
+            query = f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE status='pending'"
+            params: tuple[Any, ...] = ()
+            if session_id is not None:
+                query += " AND session_id=?"
+                params = (session_id,)
+            rows = self._db.execute(query + " ORDER BY created, id", params).fetchall()
+        return [_request_from_row(r) for r in rows]
+
+
+_REQUEST_COLUMNS = (
+    "id, call_id, tool, args, digest, hint, payload, kind, details, status, created, expires, "
+    "edited_from, session_id"
+)
+
+
+def _request_from_row(row: tuple[Any, ...]) -> ConfirmationRequest:
+    return ConfirmationRequest(
+        id=row[0], call_id=row[1], tool=row[2], args=json.loads(row[3]), digest=row[4],
+        hint=row[5], payload=None if row[6] is None else json.loads(row[6]), kind=row[7],
+        details={} if row[8] is None else json.loads(row[8]), status=row[9],
+        created_at=_dt(row[10]), expires_at=_dt(row[11]), edited_from=row[12],
+        session_id=row[13],
+    )
+
+
+def _dump(value: Any) -> str | None:
+    if value is None:
+        return None
+    return json.dumps(value, ensure_ascii=False, default=repr)
+
+
+class _Transaction:
+    """`BEGIN IMMEDIATE` ... `COMMIT` under the store's thread lock.
+
+    IMMEDIATE takes SQLite's write lock up front, so a read-then-write sequence cannot
+    interleave with another process's; the thread lock does the same for threads that
+    share this connection.
+    """
+
+    def __init__(self, store: ApprovalStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> None:
+        self._store._lock.acquire()
+        try:
+            self._store._db.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self._store._lock.release()
+            raise
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            self._store._db.execute("ROLLBACK" if exc_type else "COMMIT")
+        finally:
+            self._store._lock.release()

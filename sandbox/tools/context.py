@@ -1,0 +1,140 @@
+"""The objects a tool sees while it runs: `ToolContext`, `EventActions`, `ToolConfirmation`.
+
+Shapes follow Google ADK (`google.adk.tools.ToolContext`, `ToolConfirmation`) so an ADK
+user recognises them; nothing here depends on ADK.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, alias_generators
+
+from ..errors import ConfigurationError
+
+
+class ToolConfirmation(BaseModel):
+    """A human's answer to a confirmation request, as ADK shapes it.
+
+    `confirmed` says whether the call may proceed; `payload` carries whatever data the
+    tool asked the human for; `hint` is the text shown when confirmation was requested.
+    Unknown fields are rejected: a confirmation with a typo in it (`confirm=True`) must
+    never be read as a refusal or an approval by accident.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=alias_generators.to_camel,
+        populate_by_name=True,
+        frozen=True,
+    )
+
+    hint: str = ""
+    confirmed: bool = False
+    payload: Any | None = None
+
+    @classmethod
+    def parse(cls, data: Any) -> ToolConfirmation:
+        """Build a confirmation from a dict, JSON text, or ADK's `{"response": json}` wrapper.
+
+        Raises `ConfigurationError` naming every bad field, never a bare pydantic crash.
+        """
+        if isinstance(data, ToolConfirmation):
+            return data
+        try:
+            if isinstance(data, (str, bytes)):
+                data = json.loads(data)
+            if isinstance(data, dict) and set(data) == {"response"} and isinstance(
+                data["response"], str
+            ):
+                data = json.loads(data["response"])
+            return cls.model_validate(data)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(
+                f"ToolConfirmation is not valid JSON ({exc.msg} at position {exc.pos}); "
+                'send an object like {"confirmed": true, "hint": "", "payload": null}'
+            ) from None
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise ConfigurationError(
+                f"invalid ToolConfirmation ({problems}); the accepted fields are "
+                "'confirmed' (bool), 'hint' (str) and 'payload' (any JSON value)"
+            ) from None
+
+
+@dataclass
+class EventActions:
+    """What a tool asks the surrounding agent loop to do after it returns."""
+
+    skip_summarization: bool | None = None
+    state_delta: dict[str, Any] = field(default_factory=dict)
+    transfer_to_agent: str | None = None
+    escalate: bool | None = None
+    requested_tool_confirmations: dict[str, ToolConfirmation] = field(default_factory=dict)
+
+
+class _State(dict[str, Any]):
+    """Session state that records every write into `EventActions.state_delta`."""
+
+    def __init__(self, initial: MutableMapping[str, Any] | None, delta: dict[str, Any]) -> None:
+        super().__init__(initial or {})
+        self._delta = delta
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        self._delta[key] = value
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+
+class ToolContext:
+    """Per-call context handed to `BaseTool.run_async`.
+
+    `tool_confirmation` is set only by the runner, after a human (or the configured
+    provider) answered a confirmation request for exactly this call and arguments.
+    """
+
+    def __init__(
+        self,
+        *,
+        function_call_id: str | None = None,
+        tool_confirmation: ToolConfirmation | None = None,
+        state: MutableMapping[str, Any] | None = None,
+        actions: EventActions | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        self.function_call_id = function_call_id
+        self.tool_confirmation = tool_confirmation
+        self.actions = actions if actions is not None else EventActions()
+        self.state: dict[str, Any] = _State(state, self.actions.state_delta)
+        self.session_id = session_id
+
+    def request_confirmation(self, *, hint: str | None = None, payload: Any | None = None) -> None:
+        """Ask a human to confirm this call; the tool is invoked again once they answer.
+
+        Return from the tool right after calling this (ADK returns an
+        `{"status": "awaiting_confirmation"}`-style dict); the runner discards that result
+        and calls the tool again with `tool_confirmation` set.
+        """
+        if not self.function_call_id:
+            raise ValueError(
+                "request_confirmation needs a function_call_id: call the tool through "
+                "ToolRunner, or build ToolContext(function_call_id=...)"
+            )
+        self.actions.requested_tool_confirmations[self.function_call_id] = ToolConfirmation(
+            hint=hint or "", payload=payload
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"ToolContext(function_call_id={self.function_call_id!r}, "
+            f"tool_confirmation={self.tool_confirmation!r})"
+        )
