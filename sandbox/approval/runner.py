@@ -142,7 +142,7 @@ class ToolRunner:
     async def resume(
         self,
         confirmation_id: str,
-        confirmation: ToolConfirmation | Decision | dict[str, Any] | bool,
+        confirmation: ToolConfirmation | Decision | dict[str, Any] | bool | None = None,
         *,
         args: dict[str, Any] | None = None,
         decided_by: str | None = None,
@@ -151,11 +151,20 @@ class ToolRunner:
         """Answer a pending request and, if approved, run the call it belongs to.
 
         ``confirmation`` is a `ToolConfirmation` (ADK's shape), a `Decision`, a dict in
-        either shape, or a bool. ``args``, when given, must be exactly the arguments the
+        either shape, or a bool; ``None`` applies the answer another channel recorded
+        with `ApprovalStore.submit_answer` (a web page, the CLI). ``args``, when given, must be exactly the arguments the
         request was made for; anything else is refused and nothing runs.
         """
         req = await self._db(self.store.get_request, confirmation_id)
         tool = self._tool(req.tool)
+        if confirmation is None:
+            answer = await self._db(self.store.get_answer, confirmation_id)
+            if answer is None:
+                raise ConfirmationStateError(
+                    f"confirmation {confirmation_id} has no recorded answer to apply; pass "
+                    "the answer: resume(id, ToolConfirmation(confirmed=True)) or a Decision"
+                )
+            confirmation = Decision.model_validate(answer)
         if isinstance(confirmation, dict):
             decision = (
                 Decision.model_validate(confirmation)
@@ -177,6 +186,18 @@ class ToolRunner:
             return {"status": "rejected", "error": message, "call_id": req.call_id}
         rounds = await self._db(self.store.count_requests, req.call_id)
         return await self._apply(tool, req, decision, round_=rounds)
+
+    async def apply_answers(self) -> dict[str, dict[str, Any]]:
+        """Apply every answer recorded by other channels for this runner's tools.
+
+        Returns the results keyed by confirmation id. Use it to drain a queue answered
+        while no provider was waiting (hours later, from a web page or the CLI).
+        """
+        results: dict[str, dict[str, Any]] = {}
+        for req in await self._db(self.store.answered_requests):
+            if req.tool in self._tools:
+                results[req.id] = await self.resume(req.id)
+        return results
 
     async def in_doubt(self) -> list[CallRecord]:
         """Calls that started in a process which died before recording their end."""

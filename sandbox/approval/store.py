@@ -80,6 +80,13 @@ CREATE TABLE IF NOT EXISTS requests (
 );
 CREATE INDEX IF NOT EXISTS requests_by_status ON requests(status, created);
 CREATE INDEX IF NOT EXISTS requests_by_call ON requests(call_id);
+CREATE TABLE IF NOT EXISTS answers (
+    request_id  TEXT PRIMARY KEY,
+    decision    TEXT NOT NULL,
+    decided_by  TEXT,
+    channel     TEXT,
+    at          REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS journal (
     seq     INTEGER PRIMARY KEY AUTOINCREMENT,
     call_id TEXT NOT NULL,
@@ -499,6 +506,67 @@ class ApprovalStore:
             (now, req.call_id, req.id),
         )
         self._journal(req.call_id, "timed_out", None, f"{req.id} expired", now)
+
+    # -- answers from other processes --------------------------------------------------
+
+    def submit_answer(self, request_id: str, decision: dict[str, Any], *,
+                      decided_by: str | None = None, channel: str | None = None) -> None:
+        """Record a human's answer for the process that holds the tool to apply.
+
+        Channels that do not hold the tool (a web page, the CLI, another process) answer
+        here; the first answer wins and any later one is refused with a clear error. The
+        answer takes effect when the runner owning the call applies it (its provider is
+        waiting for it, or `ToolRunner.resume`/`apply_answers` is called).
+        """
+        now = _now()
+        with self._tx():
+            req = self._get_request(request_id)
+            if req is None:
+                raise UnknownConfirmationError(
+                    f"unknown confirmation id {request_id!r}: it was never issued by this store"
+                )
+            if req.status != "pending":
+                raise ConfirmationStateError(
+                    f"confirmation {request_id} was already answered ({req.status})"
+                )
+            if req.expires_at is not None and now > req.expires_at.timestamp():
+                self._expire(req, now)
+                raise ConfirmationStateError(
+                    f"confirmation {request_id} expired at {req.expires_at.isoformat()} and "
+                    "was recorded as timed out; it can no longer be answered"
+                )
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO answers(request_id, decision, decided_by, channel, at) "
+                "VALUES (?,?,?,?,?)",
+                (request_id, canonical_json(decision), decided_by, channel, now),
+            )
+            if cur.rowcount != 1:
+                raise ConfirmationStateError(
+                    f"confirmation {request_id} already has an answer waiting to be applied; "
+                    "a confirmation is answered once"
+                )
+            self._journal(req.call_id, "answered", None, f"{request_id} by {decided_by or channel}",
+                          now)
+
+    def get_answer(self, request_id: str) -> dict[str, Any] | None:
+        """The answer submitted for a request and not yet applied, if any."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT a.decision FROM answers a JOIN requests r ON r.id = a.request_id "
+                "WHERE a.request_id=? AND r.status='pending'",
+                (request_id,),
+            ).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
+
+    def answered_requests(self) -> list[ConfirmationRequest]:
+        """Pending requests that have an answer waiting to be applied."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_REQUEST_COLUMNS.replace('id,', 'r.id,', 1)} FROM requests r "
+                "JOIN answers a ON a.request_id = r.id WHERE r.status='pending' "
+                "ORDER BY a.at"
+            ).fetchall()
+        return [_request_from_row(r) for r in rows]
 
     def get_request(self, request_id: str) -> ConfirmationRequest:
         with self._lock:

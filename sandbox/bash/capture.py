@@ -1,0 +1,105 @@
+"""Bounded capture of a child's output: the first and last bytes of a stream, counted.
+
+A command's output is unbounded (`yes`, `cat` of a multi-gigabyte file) while the agent's
+memory is not. `BoundedCapture` keeps at most `limit` bytes of one stream, the first
+half and the last half, and counts what it dropped in between; `pump` reads a pipe into
+it as fast as the child writes, so the child is never throttled by a slow reader, while
+the memory held stays constant however much the child writes.
+"""
+
+from __future__ import annotations
+
+import os
+
+import anyio
+import anyio.lowlevel
+
+__all__ = ["BoundedCapture", "pump"]
+
+# One read is at most this large. It matches the pipe size requested by the process
+# layer (`F_SETPIPE_SZ`), so a full pipe is emptied by one `readv` and one wakeup.
+READ_CHUNK = 1 << 20
+
+
+class BoundedCapture:
+    """The head and tail of one output stream, holding at most `limit` bytes.
+
+    The head is the first `limit // 2` bytes; the tail is a sliding window over the last
+    `limit - limit // 2` bytes. Everything between them is counted in `dropped` and never
+    stored.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit < 0:
+            raise ValueError(f"output limit must be >= 0 bytes, got {limit}")
+        self._head_limit = limit // 2
+        self._tail_limit = limit - self._head_limit
+        self._head = bytearray()
+        # CPython's bytearray deletes from the front in O(1) (it moves its start
+        # offset), so trimming the window is cheap however often it happens.
+        self._tail = bytearray()
+        self.total = 0
+
+    @property
+    def dropped(self) -> int:
+        """Bytes received but not kept (the middle of the stream)."""
+        return self.total - len(self._head) - len(self._tail)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        self.total += len(view)
+        room = self._head_limit - len(self._head)
+        if room > 0:
+            self._head += view[:room]
+            view = view[room:]
+        if not view:
+            return
+        if len(view) >= self._tail_limit:
+            # Replace in place: never hold the old window and a full chunk together.
+            self._tail[:] = view[len(view) - self._tail_limit :]
+            return
+        self._tail += view
+        excess = len(self._tail) - self._tail_limit
+        if excess > 0:
+            del self._tail[:excess]
+
+    def text(self) -> str:
+        """The kept bytes decoded as UTF-8 (invalid bytes replaced), with a marker
+        saying how many bytes were omitted when the middle was dropped.
+
+        A multi-byte character cut at either edge of the gap shows up as U+FFFD.
+        """
+        dropped = self.dropped
+        if dropped == 0:
+            return (bytes(self._head) + bytes(self._tail)).decode("utf-8", "replace")
+        return (
+            self._head.decode("utf-8", "replace")
+            + f"\n…[{dropped} bytes omitted]…\n"
+            + self._tail.decode("utf-8", "replace")
+        )
+
+
+async def pump(fd: int, capture: BoundedCapture) -> None:
+    """Read the non-blocking pipe `fd` into `capture` until end of file.
+
+    Returns at EOF, that is once every process holding the write end has exited or
+    closed it. The caller owns `fd` and must not close it while this runs (cancel first:
+    closing an fd that an event loop is still watching is undefined behaviour).
+    """
+    # One reusable buffer: reading the middle of a multi-gigabyte stream allocates
+    # nothing, it only moves bytes through this buffer and counts them.
+    buffer = bytearray(READ_CHUNK)
+    view = memoryview(buffer)
+    while True:
+        try:
+            n = os.readv(fd, [buffer])
+        except BlockingIOError:
+            await anyio.wait_readable(fd)
+            continue
+        if n == 0:
+            return
+        capture.feed(view[:n])
+        if n == READ_CHUNK:
+            # The child writes faster than we read (`yes`): this loop would never see
+            # EAGAIN and so never yield, starving the timeout and the other stream.
+            await anyio.lowlevel.checkpoint()

@@ -1,0 +1,1 @@
+"""Subcommands of the `sandbox` CLI; each module exposes ``register(subparsers)``."""
