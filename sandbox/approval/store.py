@@ -552,11 +552,16 @@ class ApprovalStore:
         """The answer submitted for a request and not yet applied, if any."""
         with self._lock:
             row = self._db.execute(
-                "SELECT a.decision FROM answers a JOIN requests r ON r.id = a.request_id "
-                "WHERE a.request_id=? AND r.status='pending'",
+                "SELECT a.decision, a.decided_by, a.channel FROM answers a "
+                "JOIN requests r ON r.id = a.request_id WHERE a.request_id=? AND r.status='pending'",
                 (request_id,),
             ).fetchone()
-        return None if row is None else dict(json.loads(row[0]))
+        if row is None:
+            return None
+        decision = dict(json.loads(row[0]))
+        decision.setdefault("decided_by", row[1])
+        decision.setdefault("channel", row[2])
+        return {k: v for k, v in decision.items() if v is not None}
 
     def answered_requests(self) -> list[ConfirmationRequest]:
         """Pending requests that have an answer waiting to be applied."""
