@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Create .venv and install the project into it, plus any Debian packages named in
+# $APT_PACKAGES that are missing. Sourced by demo.sh and test.sh; safe to re-run.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+PYTHON=${PYTHON:-python3}
+EXTRAS=${EXTRAS:-}
+APT_PACKAGES=${APT_PACKAGES:-}
+
+missing=()
+for pkg in $APT_PACKAGES; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "== installing Debian packages: ${missing[*]}"
+    if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "== creating .venv with $($PYTHON --version)"
+    "$PYTHON" -m venv .venv
+fi
+echo "== installing sandbox${EXTRAS:+[$EXTRAS]} into .venv"
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".${EXTRAS:+[$EXTRAS]}" 2>&1 \
+    | grep -v '^WARNING: Location' || true
+.venv/bin/python -c "import sandbox" || { echo "sandbox did not install; see pip output above" >&2; exit 1; }

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite, in its own virtual environment, with every system package the
+# tests use: strace (policy oracle), chromium (approval page), tmux (terminal prompts).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+EXTRAS="dev,web,adk,mcp" APT_PACKAGES="strace chromium tmux" bash scripts/bootstrap.sh
+set +e
+.venv/bin/python -m pytest -p no:cacheprovider "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+    echo "pytest collected no tests: treating as a failure" >&2
+    exit 1
+fi
+exit "$status"
