@@ -182,12 +182,22 @@ class ApprovalStore:
         path: str | os.PathLike[str] | None = None,
         *,
         max_pending: int = 10_000,
+        max_history: int | None = -1,
         busy_timeout: float = 10.0,
     ) -> None:
         if max_pending < 1:
             raise StoreError(f"max_pending must be at least 1, got {max_pending}")
         self.path = None if path is None or str(path) == ":memory:" else Path(path)
         self.max_pending = max_pending
+        # Finished calls are kept so that a repeated call id is answered from its record
+        # instead of running again. In memory that record must be bounded; a file keeps
+        # everything unless told otherwise (-1 means: 100,000 in memory, unbounded on disk).
+        if max_history == -1:
+            max_history = 100_000 if self.path is None else None
+        if max_history is not None and max_history < 1:
+            raise StoreError(f"max_history must be at least 1 or None, got {max_history}")
+        self.max_history = max_history
+        self._opened = 0
         self._lock = threading.RLock()
         target = ":memory:" if self.path is None else str(self.path)
         if self.path is not None:
@@ -262,6 +272,9 @@ class ApprovalStore:
             )
             if cur.rowcount == 1:
                 self._journal(call_id, "new", owner, None, now)
+                self._opened += 1
+                if self.max_history is not None and self._opened % 1024 == 0:
+                    self._prune(self.max_history)
                 return None
             existing = self._get_call(call_id)
             assert existing is not None
@@ -274,6 +287,20 @@ class ApprovalStore:
                 self._journal(call_id, "new", owner, "reopened: owner died before start", now)
                 return None
             return existing
+
+    def _prune(self, keep: int) -> None:
+        """Forget the oldest finished calls beyond `keep` (never pending or running ones)."""
+        terminal = ",".join(f"'{s}'" for s in sorted(TERMINAL_STATES - {"in_doubt"}))
+        (count,) = self._db.execute(
+            f"SELECT COUNT(*) FROM calls WHERE state IN ({terminal})"
+        ).fetchone()
+        excess = count - keep
+        if excess <= 0:
+            return
+        victims = f"SELECT call_id FROM calls WHERE state IN ({terminal}) ORDER BY updated LIMIT ?"
+        for table, column in (("journal", "call_id"), ("requests", "call_id")):
+            self._db.execute(f"DELETE FROM {table} WHERE {column} IN ({victims})", (excess,))
+        self._db.execute(f"DELETE FROM calls WHERE call_id IN ({victims})", (excess,))
 
     def get_call(self, call_id: str) -> CallRecord:
         with self._lock:
