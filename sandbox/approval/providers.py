@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, Protocol, Union, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..errors import ConfigurationError
 from ..tools.context import ToolConfirmation
@@ -19,7 +19,7 @@ from .models import ConfirmationRequest, Decision
 
 OnTimeout = Literal["deny", "pending"]
 #: What a callback may return: a bool, an ADK `ToolConfirmation`, or a `Decision`.
-CallbackAnswer = Union[bool, ToolConfirmation, Decision]
+CallbackAnswer = bool | ToolConfirmation | Decision
 
 
 @runtime_checkable

@@ -57,6 +57,13 @@ class ToolConfirmation(BaseModel):
                 f"ToolConfirmation is not valid JSON ({exc.msg} at position {exc.pos}); "
                 'send an object like {"confirmed": true, "hint": "", "payload": null}'
             ) from None
+        except (UnicodeDecodeError, RecursionError) as exc:
+            # Bytes that are not UTF-8, or nesting deeper than the parser's stack: both
+            # come from outside, so they are a bad answer, not a crash of the gate.
+            raise ConfigurationError(
+                f"ToolConfirmation could not be read ({type(exc).__name__}); send UTF-8 "
+                'JSON like {"confirmed": true, "hint": "", "payload": null}'
+            ) from None
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"

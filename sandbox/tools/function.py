@@ -6,7 +6,7 @@ import functools
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
-from typing import Any, Union
+from typing import Any
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -16,8 +16,8 @@ from .context import ToolContext
 from .docstring import parse_docstring
 
 #: ``require_confirmation`` accepts a flag or a predicate over the call's arguments.
-ConfirmationPredicate = Callable[..., Union[bool, Awaitable[bool]]]
-RequireConfirmation = Union[bool, ConfirmationPredicate]
+ConfirmationPredicate = Callable[..., bool | Awaitable[bool]]
+RequireConfirmation = bool | ConfirmationPredicate
 
 
 class FunctionTool(BaseTool):
