@@ -15,7 +15,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -95,7 +95,9 @@ def _tail_hash(fd: int, size: int) -> str:
         return hashlib.sha256(lines[-1]).hexdigest()
 
 
-def _add_timestamp(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def _add_timestamp(
+    _: Any, __: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     event_dict["ts"] = datetime.now(timezone.utc).isoformat()
     return event_dict
 

@@ -308,15 +308,17 @@ class ToolRunner:
             verb = "timed out" if status == "timed_out" else "failed"
             result = {"status": status,
                       "error": f"Confirmation {verb}: {answer.message}. The tool was not run."}
-            return await self._decide(tool, req, result, status=status, outcome=answer.kind,
-                                      reason=answer.message, channel=getattr(
-                                          self.provider, "name", None))
+            refused = await self._decide(tool, req, result, status=status,
+                                         outcome=answer.kind, reason=answer.message,
+                                         channel=getattr(self.provider, "name", None))
+            return refused or result
         if answer.outcome == "deny":
             reason = answer.reason or "no reason given"
             result = {"status": "denied", "error": f"The user denied this call: {reason}",
                       "reason": reason}
-            return await self._decide(tool, req, result, status="denied", outcome="deny",
-                                      reason=reason, decision=answer)
+            refused = await self._decide(tool, req, result, status="denied", outcome="deny",
+                                         reason=reason, decision=answer)
+            return refused or result
         if answer.outcome == "approve":
             refused = await self._decide(tool, req, None, status="approved", outcome="approve",
                                          reason=answer.reason, decision=answer)
@@ -363,8 +365,9 @@ class ToolRunner:
                       result: dict[str, Any] | None, *, status: str, outcome: str,
                       reason: str | None, decision: Decision | None = None,
                       channel: str | None = None) -> dict[str, Any] | None:
-        """Record the request's one decision. Returns `result`, or a refusal if the
-        request had already been answered (by another channel, process or replay)."""
+        """Record the request's one decision (with `result` as the call's outcome when
+        it ends the call). Returns None, or a refusal if the request had already been
+        answered (by another channel, process or replay)."""
         decided_by = decision.decided_by if decision else None
         channel = (decision.channel if decision else None) or channel
         try:
@@ -383,7 +386,7 @@ class ToolRunner:
                         confirmation_id=req.id, decision=status, reason=reason,
                         decided_by=decided_by, channel=channel,
                         edited_args=decision.args if decision and decision.args else None)
-        return result
+        return None
 
     async def _execute(self, tool: BaseTool, call_id: str, args: dict[str, Any], digest: str,
                        confirmation: ToolConfirmation | None, *, round_: int) -> dict[str, Any]:

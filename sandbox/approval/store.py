@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import psutil
+import psutil  # type: ignore[import-untyped, unused-ignore]
 
 from ..errors import (
     ConfirmationStateError,
@@ -158,7 +158,11 @@ class _Owner:
         if host != socket.gethostname():
             return None
         try:
-            return abs(psutil.Process(pid).create_time() - start) < 0.01
+            proc = psutil.Process(pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                # Killed but not yet reaped by its parent: it will never record an end.
+                return False
+            return bool(abs(proc.create_time() - start) < 0.01)
         except psutil.NoSuchProcess:
             return False
         except psutil.Error:
@@ -661,7 +665,8 @@ def _request_from_row(row: tuple[Any, ...]) -> ConfirmationRequest:
         id=row[0], call_id=row[1], tool=row[2], args=json.loads(row[3]), digest=row[4],
         hint=row[5], payload=None if row[6] is None else json.loads(row[6]), kind=row[7],
         details={} if row[8] is None else json.loads(row[8]), status=row[9],
-        created_at=_dt(row[10]), expires_at=_dt(row[11]), edited_from=row[12],
+        created_at=datetime.fromtimestamp(row[10], tz=timezone.utc),
+        expires_at=_dt(row[11]), edited_from=row[12],
         session_id=row[13],
     )
 

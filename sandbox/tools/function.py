@@ -55,7 +55,7 @@ class FunctionTool(BaseTool):
             )
         doc = parse_docstring(inspect.getdoc(func))
         super().__init__(
-            name=name or getattr(func, "__name__", type(func).__name__),
+            name=name or str(getattr(func, "__name__", type(func).__name__)),
             description=description if description is not None else doc.description,
             is_long_running=is_long_running,
             custom_metadata=custom_metadata,
@@ -128,7 +128,7 @@ class FunctionTool(BaseTool):
         if isinstance(rc, bool):
             return rc
         pred_kwargs = {k: v for k, v in kwargs.items() if k != self._context_param}
-        verdict = rc(**pred_kwargs)
+        verdict: Any = rc(**pred_kwargs)
         if self._predicate_is_async or inspect.isawaitable(verdict):
             verdict = await verdict
         if not isinstance(verdict, bool):
