@@ -106,15 +106,15 @@ def locate(controller: str = "") -> tuple[CgroupBase | None, str]:
     relative = os.path.relpath(own_path, mount_root)
     if relative.startswith(".."):
         return None, f"our cgroup {own_path} is outside the part mounted at {mount_point}"
-    path = Path(mount_point) / relative if relative != "." else Path(mount_point)
-    if not path.is_dir():
-        return None, f"{path} (our cgroup) does not exist in this mount namespace"
-    if not os.access(path, os.W_OK):
+    base = Path(mount_point) / relative if relative != "." else Path(mount_point)
+    if not base.is_dir():
+        return None, f"{base} (our cgroup) does not exist in this mount namespace"
+    if not os.access(base, os.W_OK):
         return None, (
-            f"{path} is not writable (a read-only cgroupfs, as in an unprivileged "
+            f"{base} is not writable (a read-only cgroupfs, as in an unprivileged "
             "container, or not root); run as root or delegate that cgroup to this user"
         )
-    return CgroupBase(path, version, controller), str(path)
+    return CgroupBase(base, version, controller), str(base)
 
 
 class RunCgroup:

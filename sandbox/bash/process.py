@@ -1,0 +1,655 @@
+"""Spawn, limit, supervise, capture and kill one bash command and its whole tree.
+
+This layer knows nothing of policies or humans: it runs `bash --norc --noprofile -c
+COMMAND` in a workspace, with exactly the environment it is given, stdin at EOF, in a
+new session, under resource limits, and returns what happened.
+
+The life of one run (`run_bash`):
+
+1. Containment for the run is created (a cgroup, see containment.py), then the shell is
+   spawned into it. Rlimits, when asked for, are set in the child by a `preexec_fn`,
+   which also moves the child into its cgroups. Without limits no `preexec_fn` runs, so
+   CPython can spawn with vfork (about half the cost), and a builtin-only shell
+   prologue moves the shell into its cgroup before any user code (the race analysis is
+   on `containment.shell_prologue`).
+2. Two readers copy stdout and stderr into bounded head+tail buffers while a pidfd
+   tells us when the shell itself exits. We do not wait for EOF on the pipes: a
+   background job (`sleep 300 & echo hi`) holds them open as long as it lives, which
+   is why asyncio's `communicate()` hangs there.
+3. When the shell exits, or the timeout expires, everything still alive in the tree is
+   SIGKILLed, the shell is reaped, the pipes are drained with a short grace period
+   (an escaped process could hold them forever), and the containment is removed.
+4. If the caller is cancelled, step 3 runs anyway (shielded) and the cancellation
+   propagates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import pwd
+import resource
+import shutil
+import stat
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from sandbox.bash.capture import READ_CHUNK, BoundedCapture, pump
+from sandbox.bash.containment import (
+    MECHANISMS,
+    ChildSetup,
+    Tree,
+    availability,
+    choose,
+    open_tree,
+    pids_cgroup_base,
+    shell_prologue,
+)
+from sandbox.errors import ConfigurationError, SandboxError
+
+__all__ = [
+    "BashProcess",
+    "Limits",
+    "ProcessResult",
+    "detect_protections",
+    "find_bash",
+    "run_bash",
+]
+
+# After the shell has exited (or was killed) and the tree has been killed, how long the
+# readers may still wait for EOF. Killed processes release the pipes within a
+# millisecond; only a process that escaped containment can hold them longer.
+DRAIN_GRACE = 0.05
+# How long to wait for a SIGKILLed main process to be gone (it can be stuck in
+# uninterruptible sleep, e.g. on a dead NFS server; then it is left to CPython's reaper).
+KILL_GRACE = 2.0
+# Linux refuses a single argv string of 128 KiB or more (MAX_ARG_STRLEN), with E2BIG.
+MAX_ARG_STRLEN = 128 * 1024
+# Environment variables that make bash or the dynamic loader run code at startup,
+# before the first line of the command (and so before the containment prologue).
+STARTUP_CODE_VARIABLES = frozenset(
+    {"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "LD_PRELOAD", "LD_AUDIT"}
+)
+NOBODY = 65534
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one run; None means unlimited.
+
+    max_memory_bytes: RLIMIT_AS of every process (address space, not RSS: runtimes that
+    reserve large virtual areas, like the JVM or node, need generous values).
+    max_file_size_bytes: RLIMIT_FSIZE; a write beyond it kills the writer with SIGXFSZ
+    (the shell reports status 153). Pipes are not files: output is bounded separately.
+    max_child_processes: processes besides the shell. RLIMIT_NPROC alone is inert for
+    root, so a pids cgroup (pids.max) enforces it whenever one can be created;
+    `ProcessResult.nproc_enforcement` says what did.
+    RLIMIT_CORE is set to 0 whenever any limit is set.
+    """
+
+    max_memory_bytes: int | None = None
+    max_file_size_bytes: int | None = None
+    max_child_processes: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_memory_bytes", "max_file_size_bytes", "max_child_processes"):
+            value = getattr(self, name)
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value <= 0
+            ):
+                raise ConfigurationError(
+                    f"Limits.{name} must be a positive int or None, got {value!r}"
+                )
+
+    @property
+    def any(self) -> bool:
+        return (
+            self.max_memory_bytes is not None
+            or self.max_file_size_bytes is not None
+            or self.max_child_processes is not None
+        )
+
+    def rlimits(self) -> tuple[tuple[int, int], ...]:
+        pairs = [
+            (resource.RLIMIT_AS, self.max_memory_bytes),
+            (resource.RLIMIT_FSIZE, self.max_file_size_bytes),
+            (resource.RLIMIT_NPROC, self.max_child_processes),
+        ]
+        return tuple((res, value) for res, value in pairs if value is not None)
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """What one run did.
+
+    stdout/stderr: UTF-8 (invalid bytes replaced); when a stream exceeded the output
+    limit, its first and last halves joined by "\\n…[N bytes omitted]…\\n".
+    returncode: the shell's exit status; negative when a signal killed it (-9 after a
+    timeout); None only if it could not be reaped (stuck in the kernel).
+    timed_out: the timeout expired and the tree was killed; output produced until then
+    is kept. truncated: some output was dropped (counts per stream).
+    containment: the mechanism that enforced the whole-tree kill ("cgroup2",
+    "cgroup1-freezer", "pidns", "subreaper", or "killpg", which misses setsid escapes).
+    killed_processes: processes other than the shell that were still alive after it
+    exited or timed out, and were killed (as far as the mechanism can count them).
+    nproc_enforcement: how max_child_processes was enforced: "pids-cgroup",
+    "setuid:<uid>" (RLIMIT_NPROC of an unprivileged uid), "rlimit" (already
+    unprivileged) or "rlimit-only(ineffective as root)"; None when not set.
+    """
+
+    stdout: str
+    stderr: str
+    returncode: int | None
+    timed_out: bool
+    truncated: bool
+    stdout_bytes_dropped: int
+    stderr_bytes_dropped: int
+    duration_ms: float
+    containment: str
+    killed_processes: int
+    nproc_enforcement: str | None
+
+
+# --------------------------------------------------------------------------- spawning
+
+
+def find_bash() -> str:
+    """The bash executable, looked up on *this* process's PATH.
+
+    Never on the command's PATH: that environment may point into the workspace, where
+    the command itself could have planted a `bash`.
+    """
+    path = os.environ.get("PATH") or os.defpath
+    found = shutil.which("bash", path=path)
+    if found is None:
+        raise ConfigurationError(
+            f"bash was not found on PATH ({path}); install it (Debian: apt-get install "
+            "bash) or add its directory to this process's PATH"
+        )
+    return os.path.abspath(found)
+
+
+def _set_pipe_size(fd: int) -> None:
+    # A larger pipe lets a fast writer (`yes`, `cat`) hand over a megabyte per wakeup
+    # instead of 64 KiB. Best effort: unprivileged users are capped by
+    # /proc/sys/fs/pipe-max-size and by their total pipe quota.
+    with contextlib.suppress(OSError, AttributeError):
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, READ_CHUNK)
+
+
+def _preexec(setup: ChildSetup) -> Callable[[], None]:
+    """The function run in the forked child before exec, when anything must be set.
+
+    Order matters: cgroups first (the child must be contained before anything else can
+    fail or fork), then rlimits, then the identity change (after which it could no
+    longer write to root-owned cgroup files or raise limits).
+    """
+    cgroup_procs = setup.cgroup_procs
+    rlimits = ((resource.RLIMIT_CORE, 0), *setup.rlimits)
+    uid, gid = setup.uid, setup.gid
+
+    def preexec() -> None:
+        pid = b"%d" % os.getpid()
+        for path in cgroup_procs:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, pid)
+            finally:
+                os.close(fd)
+        for res, value in rlimits:
+            resource.setrlimit(res, (value, value))
+        if uid is not None and gid is not None:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+
+    return preexec
+
+
+class BashProcess:
+    """One spawned command: its Popen, its pidfd and the read ends of its output pipes.
+
+    File descriptors and their lifetimes:
+
+    - stdout/stderr read ends: created close-on-exec before the spawn, non-blocking,
+      owned here; `close` closes them, which the caller does only after the readers
+      have stopped (closing an fd that an event loop still watches is undefined).
+    - their write ends: the child's only. Closed in the parent right after the spawn,
+      whether it succeeded or not: a copy kept here would hold back EOF forever.
+    - pidfd: opened right after the spawn. The pid cannot have been reused by then,
+      because only we reap this child and have not. Readable once the process has
+      exited; closed by `close`, after the reap. Without pidfd (Linux < 5.3) the exit
+      is polled with waitid(WNOWAIT), which does not reap either.
+
+    The main process is reaped only after the tree was killed: while it is an unreaped
+    zombie its pid, which is also its process group id, cannot be reused, so a
+    process-group kill cannot hit a stranger.
+    """
+
+    def __init__(
+        self, popen: subprocess.Popen[bytes], stdout_fd: int, stderr_fd: int, pidfd: int | None
+    ) -> None:
+        self._popen = popen
+        self.stdout_fd = stdout_fd
+        self.stderr_fd = stderr_fd
+        self._pidfd = pidfd
+        self._exited = False
+
+    @classmethod
+    def spawn(
+        cls,
+        argv: list[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        preexec: Callable[[], None] | None,
+        pass_fds: tuple[int, ...] = (),
+    ) -> BashProcess:
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            _set_pipe_size(out_w)
+            _set_pipe_size(err_w)
+            os.set_blocking(out_r, False)
+            os.set_blocking(err_r, False)
+            popen = subprocess.Popen(
+                argv,
+                executable=argv[0],
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                cwd=cwd,
+                env=dict(env),
+                start_new_session=True,
+                preexec_fn=preexec,
+                pass_fds=pass_fds,
+                close_fds=True,
+            )
+        except BaseException:
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        try:
+            pidfd: int | None = os.pidfd_open(popen.pid)
+        except (AttributeError, OSError):
+            pidfd = None
+        return cls(popen, out_r, err_r, pidfd)
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    def has_exited(self) -> bool:
+        if self._exited or self._popen.returncode is not None:
+            return True
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            # Reaped behind our back (a waitpid(-1) child watcher): it is gone.
+            info = True  # type: ignore[assignment]
+        self._exited = info is not None
+        return self._exited
+
+    async def wait_exited(self) -> None:
+        """Wait until the process has exited, without reaping it."""
+        if self._pidfd is not None:
+            if not self._exited:
+                await anyio.wait_readable(self._pidfd)
+                self._exited = True
+            return
+        delay = 0.0005
+        while not self.has_exited():
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+    def reap(self) -> int | None:
+        """Collect the exit status (the process must have exited)."""
+        if not self.has_exited():
+            return None
+        return self._popen.wait()
+
+    def close(self) -> None:
+        for fd in (self.stdout_fd, self.stderr_fd, self._pidfd):
+            if fd is not None and fd >= 0:
+                os.close(fd)
+        self.stdout_fd = self.stderr_fd = -1
+        self._pidfd = None
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _check_cwd(cwd: Path) -> str:
+    try:
+        st = os.stat(cwd)
+    except FileNotFoundError:
+        raise ConfigurationError(
+            f"workspace directory {cwd} does not exist; create it or pass an existing "
+            "directory as cwd"
+        ) from None
+    except OSError as e:
+        raise ConfigurationError(f"workspace directory {cwd} cannot be used: {e}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConfigurationError(f"workspace {cwd} is not a directory; pass a directory as cwd")
+    return os.fspath(cwd)
+
+
+def _check_env(env: Mapping[str, str]) -> None:
+    for name, value in env.items():
+        if name in STARTUP_CODE_VARIABLES or name.startswith("BASH_FUNC_"):
+            raise ConfigurationError(
+                f"env sets {name}, which makes bash or the loader run code at startup, "
+                "before the sandbox's containment takes effect; remove it from env"
+            )
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise ConfigurationError(f"env must map str to str, got {name!r}: {value!r}")
+
+
+def _check_command(command: str) -> None:
+    if "\0" in command:
+        raise ConfigurationError("command contains a NUL byte, which bash -c cannot receive")
+    size = len(os.fsencode(command))
+    if size >= MAX_ARG_STRLEN - 4096:  # leave room for the containment prologue
+        raise ConfigurationError(
+            f"command is {size} bytes; Linux passes at most {MAX_ARG_STRLEN - 1} bytes in "
+            "one argument: write long scripts to a file in the workspace and run that"
+        )
+
+
+def _usable_by(path: Path, uid: int, gid: int, need_write: bool) -> bool:
+    st = os.stat(path)
+    if st.st_uid == uid:
+        bits = stat.S_IXUSR | (stat.S_IWUSR if need_write else 0)
+    elif st.st_gid == gid:
+        bits = stat.S_IXGRP | (stat.S_IWGRP if need_write else 0)
+    else:
+        bits = stat.S_IXOTH | (stat.S_IWOTH if need_write else 0)
+    return st.st_mode & bits == bits
+
+
+def _unprivileged_identity(cwd: str) -> tuple[int, int]:
+    """The uid/gid a dropped command runs as: the workspace owner if that is not root
+    (so the workspace stays writable), else nobody (then the workspace must be
+    writable by nobody)."""
+    owner = os.stat(cwd).st_uid
+    if owner != 0:
+        uid = owner
+        try:
+            gid = pwd.getpwuid(uid).pw_gid
+        except KeyError:
+            gid = os.stat(cwd).st_gid
+    else:
+        try:
+            entry = pwd.getpwnam("nobody")
+            uid, gid = entry.pw_uid, entry.pw_gid
+        except KeyError:
+            uid, gid = NOBODY, NOBODY
+    workspace = Path(cwd).resolve()
+    for directory in workspace.parents:
+        if not _usable_by(directory, uid, gid, need_write=False):
+            raise ConfigurationError(
+                f"drop_privileges: uid {uid} cannot reach the workspace {cwd} "
+                f"({directory} is not searchable by it); chmod o+x {directory}, or "
+                "pass drop_privileges=False"
+            )
+    if not _usable_by(workspace, uid, gid, need_write=True):
+        raise ConfigurationError(
+            f"drop_privileges: the workspace {cwd} is owned by root and not writable by "
+            f"uid {uid}; chown it to an unprivileged user (commands then run as that "
+            "user), or pass drop_privileges=False"
+        )
+    return uid, gid
+
+
+def _check_rlimits(rlimits: tuple[tuple[int, int], ...]) -> None:
+    if os.geteuid() == 0:
+        return  # root may raise hard limits
+    for res, value in rlimits:
+        _soft, hard = resource.getrlimit(res)
+        if hard != resource.RLIM_INFINITY and value > hard:
+            raise ConfigurationError(
+                f"a limit of {value} exceeds this process's hard limit {hard} for "
+                f"resource {res}; an unprivileged process cannot raise it: lower the limit"
+            )
+
+
+# --------------------------------------------------------------------------- running
+
+
+async def _pump_until_eof(fd: int, capture: BoundedCapture, done: anyio.Event) -> None:
+    try:
+        await pump(fd, capture)
+    finally:
+        done.set()
+
+
+def _read_what_is_buffered(fd: int, capture: BoundedCapture) -> None:
+    """After the grace period: take what is already in the pipe without waiting for
+    EOF (an escaped writer may never close it), bounded so a writer that keeps going
+    cannot keep us here."""
+    buffer = bytearray(READ_CHUNK)
+    for _ in range(4):
+        try:
+            n = os.readv(fd, [buffer])
+        except (BlockingIOError, OSError):
+            return
+        if n == 0:
+            return
+        capture.feed(memoryview(buffer)[:n])
+
+
+async def run_bash(
+    command: str,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    # The command's wall-clock budget, not a cancel scope: expiry is a result
+    # (timed_out=True with the output so far), never an exception.
+    timeout: float | None,  # noqa: ASYNC109
+    limits: Limits = Limits(),
+    max_output_bytes: int = 1 << 20,
+    drop_privileges: bool = False,
+    containment: str = "auto",
+) -> ProcessResult:
+    """Run `bash --norc --noprofile -c command` and return what happened.
+
+    cwd: the workspace (must exist). env: the command's entire environment; nothing is
+    inherited, and variables that run code at bash startup are refused. timeout:
+    seconds of wall-clock time, None for none; on expiry the whole tree is SIGKILLed
+    and the output so far is returned with timed_out=True. max_output_bytes: per
+    stream; beyond it the middle of the stream is dropped and counted.
+    drop_privileges: when running as root, run the command as the workspace's owner
+    (or nobody if root owns it, which then needs a workspace writable by nobody); this
+    also hides the agent's /proc/PID/environ from the command. containment: "auto"
+    (the strongest available) or one of containment.MECHANISMS, which then must work.
+
+    Raises ConfigurationError for a missing workspace, a missing bash, a forbidden env
+    variable or an unusable limit; OSError if the kernel refuses the spawn. When the
+    calling task is cancelled, the whole tree is killed and the containment removed
+    before the cancellation propagates.
+    """
+    started = time.perf_counter()
+    _check_command(command)
+    workdir = _check_cwd(cwd)
+    _check_env(env)
+    if timeout is not None and timeout <= 0:
+        raise ConfigurationError(f"timeout must be > 0 seconds or None, got {timeout}")
+    if max_output_bytes < 0:
+        raise ConfigurationError(f"max_output_bytes must be >= 0, got {max_output_bytes}")
+    if containment != "auto" and containment not in MECHANISMS:
+        raise ConfigurationError(
+            f"unknown containment {containment!r}; use 'auto' or one of {', '.join(MECHANISMS)}"
+        )
+    shell = find_bash()
+    rlimits = limits.rlimits()
+    _check_rlimits(rlimits)
+    uid = gid = None
+    if drop_privileges and os.geteuid() == 0:
+        uid, gid = _unprivileged_identity(workdir)
+    mechanism = choose(containment, shell)
+
+    pids_max = None
+    if limits.max_child_processes is not None:
+        pids_max = limits.max_child_processes + 1  # the shell itself is a process too
+    tree = open_tree(mechanism, pids_max=pids_max, shell=shell)
+    process: BashProcess | None = None
+    try:
+        argv, setup = tree.command(
+            [shell, "--norc", "--noprofile", "-c", command],
+            ChildSetup(rlimits=rlimits, uid=uid, gid=gid),
+        )
+        preexec = None
+        if setup.rlimits or setup.uid is not None:
+            preexec = _preexec(setup)  # also does the cgroup placement
+        elif setup.cgroup_procs:
+            # The command string is always last: wrappers only prepend.
+            argv[-1] = shell_prologue(setup.cgroup_procs) + argv[-1]
+        try:
+            process = BashProcess.spawn(
+                argv, cwd=workdir, env=env, preexec=preexec, pass_fds=tree.pass_fds
+            )
+        except subprocess.SubprocessError as e:
+            # CPython hides what went wrong inside preexec_fn; this is what it does.
+            raise SandboxError(
+                f"could not set up the child process ({e}): moving it into its cgroups, "
+                "setting rlimits or dropping privileges failed; run "
+                "sandbox.bash.process.detect_protections() to see what works here"
+            ) from None
+        finally:
+            tree.spawned()
+        out, err, returncode, timed_out, killed = await _supervise(
+            process, tree, timeout, max_output_bytes
+        )
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process is not None:
+                if not process.has_exited():
+                    await tree.kill(process)
+                    with anyio.move_on_after(KILL_GRACE):
+                        await process.wait_exited()
+                process.reap()
+                process.close()
+            await tree.aclose()
+
+    if limits.max_child_processes is None:
+        nproc = None
+    elif pids_max is not None and pids_cgroup_base(shell) is not None:
+        nproc = "pids-cgroup"
+    elif uid is not None:
+        nproc = f"setuid:{uid}"
+    elif os.geteuid() != 0:
+        nproc = "rlimit"
+    else:
+        nproc = "rlimit-only(ineffective as root)"
+    return ProcessResult(
+        stdout=out.text(),
+        stderr=err.text(),
+        returncode=returncode,
+        timed_out=timed_out,
+        truncated=bool(out.dropped or err.dropped),
+        stdout_bytes_dropped=out.dropped,
+        stderr_bytes_dropped=err.dropped,
+        duration_ms=(time.perf_counter() - started) * 1000,
+        containment=mechanism,
+        killed_processes=killed,
+        nproc_enforcement=nproc,
+    )
+
+
+async def _supervise(
+    process: BashProcess,
+    tree: Tree,
+    timeout: float | None,  # noqa: ASYNC109 - see run_bash
+    max_output_bytes: int,
+) -> tuple[BoundedCapture, BoundedCapture, int | None, bool, int]:
+    out = BoundedCapture(max_output_bytes)
+    err = BoundedCapture(max_output_bytes)
+    out_done, err_done = anyio.Event(), anyio.Event()
+    async with anyio.create_task_group() as readers:
+        readers.start_soon(_pump_until_eof, process.stdout_fd, out, out_done)
+        readers.start_soon(_pump_until_eof, process.stderr_fd, err, err_done)
+        with anyio.move_on_after(timeout):
+            await process.wait_exited()
+        exited = process.has_exited()
+        # Also after a normal exit: background jobs and escapes die with the shell.
+        killed = await tree.kill(process)
+        if not exited:
+            with anyio.move_on_after(KILL_GRACE):
+                await process.wait_exited()
+        returncode = process.reap()
+        with anyio.move_on_after(DRAIN_GRACE):
+            await out_done.wait()
+            await err_done.wait()
+        readers.cancel_scope.cancel()
+    for fd, capture, done in (
+        (process.stdout_fd, out, out_done),
+        (process.stderr_fd, err, err_done),
+    ):
+        if not done.is_set():
+            _read_what_is_buffered(fd, capture)
+    return out, err, returncode, not exited, killed
+
+
+# --------------------------------------------------------------------------- doctor
+
+
+def detect_protections() -> dict[str, Any]:
+    """Which containment mechanisms work here, which one `run_bash` uses, and how
+    max_child_processes and the other limits are enforced (for `sandbox doctor`).
+
+    Probes each mechanism once per process (a few milliseconds; cached).
+    """
+    root = os.geteuid() == 0
+    report: dict[str, Any] = {"running_as_root": root}
+    try:
+        shell = find_bash()
+    except ConfigurationError as e:
+        report.update(bash=None, error=str(e), containment=None)
+        return report
+    report["bash"] = shell
+    mechanisms = {}
+    for name in MECHANISMS:
+        found = availability(name, shell)
+        mechanisms[name] = {"available": found.available, "detail": found.detail}
+    report["mechanisms"] = mechanisms
+    report["containment"] = choose("auto", shell)
+    pids = availability("pids", shell)
+    if pids.available:
+        nproc = "pids-cgroup"
+    elif root:
+        nproc = "rlimit-only(ineffective as root)"
+    else:
+        nproc = "rlimit"
+    report["max_child_processes"] = {
+        "enforcement": nproc,
+        "pids_cgroup": {"available": pids.available, "detail": pids.detail},
+        "with_drop_privileges": "pids-cgroup" if pids.available else "setuid:<uid>",
+    }
+    try:
+        pidfd = os.pidfd_open(os.getpid())
+        os.close(pidfd)
+        report["exit_detection"] = "pidfd"
+    except (AttributeError, OSError) as e:
+        report["exit_detection"] = f"polling waitid ({getattr(e, 'strerror', e)})"
+    report["rlimits"] = {
+        "RLIMIT_AS": "enforced (can be raised again by a root command)" if root else "enforced",
+        "RLIMIT_FSIZE": "enforced (can be raised again by a root command)" if root else "enforced",
+        "RLIMIT_NPROC": "ineffective for root" if root else "enforced per uid",
+        "RLIMIT_CORE": "0 whenever a limit is set",
+    }
+    report["agent_environment_readable_by_command"] = (
+        "yes via /proc/<agent pid>/environ, unless drop_privileges=True"
+        if root
+        else "only by processes of the same uid (the command runs as this uid)"
+    )
+    return report
