@@ -10,8 +10,11 @@ human to answer later through `ToolRunner.resume`).
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import ValidationError
 
 from ..errors import ConfigurationError
 from ..tools.context import ToolConfirmation
@@ -124,6 +127,24 @@ class CallbackConfirmationProvider:
         return to_decision(answer, channel=self.name)
 
 
+def parse_answer(answer: Any, *, channel: str) -> Decision:
+    """Normalise an answer that may have crossed a process boundary.
+
+    Accepts what `to_decision` does, plus the serialised forms: a dict or JSON text in
+    either shape (a dict with ``outcome`` is a `Decision`; anything else is read as ADK's
+    `ToolConfirmation`, ``{"response": json}`` wrapper included). Anything unclear is a
+    `ConfigurationError` naming what was wrong.
+    """
+    if isinstance(answer, (str, bytes)):
+        answer = _load_json(answer)
+    if isinstance(answer, dict):
+        answer = (
+            _decision_from_dict(answer) if "outcome" in answer
+            else ToolConfirmation.parse(answer)
+        )
+    return to_decision(answer, channel=channel)
+
+
 def to_decision(answer: Any, *, channel: str) -> Decision:
     """Normalise what a provider or callback returned; anything unclear is an error."""
     if isinstance(answer, Decision):
@@ -145,3 +166,32 @@ def to_decision(answer: Any, *, channel: str) -> Decision:
         "a ToolConfirmation or a Decision (Decision.approve(), Decision.deny(reason), "
         "Decision.edit(args))"
     )
+
+
+def _load_json(text: str | bytes) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(
+            f"the answer is not valid JSON ({exc.msg} at position {exc.pos}); send "
+            '{"confirmed": true} (ADK) or {"outcome": "approve"} (a Decision)'
+        ) from None
+    except (UnicodeDecodeError, RecursionError) as exc:
+        raise ConfigurationError(
+            f"the answer could not be read ({type(exc).__name__}); send UTF-8 JSON like "
+            '{"confirmed": true} (ADK) or {"outcome": "approve"} (a Decision)'
+        ) from None
+
+
+def _decision_from_dict(data: dict[str, Any]) -> Decision:
+    try:
+        return Decision.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigurationError(
+            f"invalid Decision ({problems}); send outcome 'approve', 'deny' (with a reason) "
+            "or 'edit' (with args)"
+        ) from None

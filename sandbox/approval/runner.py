@@ -28,7 +28,7 @@ from ..errors import (
 from ..tools.base import BaseTool, ToolArgumentError
 from ..tools.context import ToolConfirmation, ToolContext
 from .models import ConfirmationRequest, Decision, args_digest
-from .providers import ConfirmationProvider, to_decision
+from .providers import ConfirmationProvider, parse_answer, to_decision
 from .store import ApprovalStore, CallRecord, _Owner, new_id
 
 T = TypeVar("T")
@@ -164,15 +164,8 @@ class ToolRunner:
                     f"confirmation {confirmation_id} has no recorded answer to apply; pass "
                     "the answer: resume(id, ToolConfirmation(confirmed=True)) or a Decision"
                 )
-            confirmation = Decision.model_validate(answer)
-        if isinstance(confirmation, dict):
-            decision = (
-                Decision.model_validate(confirmation)
-                if "outcome" in confirmation
-                else to_decision(ToolConfirmation.parse(confirmation), channel=channel)
-            )
-        else:
-            decision = to_decision(confirmation, channel=channel)
+            confirmation = answer
+        decision = parse_answer(confirmation, channel=channel)
         if decided_by is not None and decision.decided_by is None:
             decision = decision.model_copy(update={"decided_by": decided_by})
         if args is not None and args_digest(req.tool, args) != req.digest:

@@ -36,6 +36,7 @@ from ..errors import (
     UnknownConfirmationError,
 )
 from .models import ConfirmationRequest, canonical_json
+from .providers import parse_answer
 
 SCHEMA_VERSION = "1"
 
@@ -540,7 +541,7 @@ class ApprovalStore:
 
     # -- answers from other processes --------------------------------------------------
 
-    def submit_answer(self, request_id: str, decision: dict[str, Any], *,
+    def submit_answer(self, request_id: str, decision: Any, *,
                       decided_by: str | None = None, channel: str | None = None) -> None:
         """Record a human's answer for the process that holds the tool to apply.
 
@@ -548,7 +549,15 @@ class ApprovalStore:
         here; the first answer wins and any later one is refused with a clear error. The
         answer takes effect when the runner owning the call applies it (its provider is
         waiting for it, or `ToolRunner.resume`/`apply_answers` is called).
+
+        ``decision`` is a `Decision`, a `ToolConfirmation`, a bool, or a dict / JSON text
+        in either shape. It is checked here: a malformed answer raises
+        `ConfigurationError` and is not recorded, so it cannot block the real one.
         """
+        checked = parse_answer(decision, channel=channel or "answer")
+        if decided_by is not None and checked.decided_by is None:
+            checked = checked.model_copy(update={"decided_by": decided_by})
+        decision = checked.model_dump(mode="json", exclude_none=True)
         now = _now()
         with self._tx():
             req = self._get_request(request_id)
