@@ -38,9 +38,23 @@ class ConfirmationStateError(SandboxError):
     """A confirmation can no longer be answered (already decided, expired, in doubt)."""
 
 
+class ConfirmationTimedOutError(ConfirmationStateError):
+    """A confirmation expired, or its wait ran out, before an answer: it was recorded as
+    timed out (never as denied or approved) and can no longer be answered."""
+
+
 class StoreError(SandboxError):
     """The approval store could not be opened or is from an incompatible version."""
 
 
 class AuditError(SandboxError):
     """The audit log could not be written or failed verification."""
+
+
+class RuleError(SandboxError, ValueError):
+    """A remembered-decision rule could not be made as asked (it would cover more, or
+    other, than the call a human approved)."""
+
+
+class UnknownRuleError(SandboxError, LookupError):
+    """A rule id the approval store does not know."""

@@ -12,7 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..errors import ConfigurationError
 
 RequestKind = Literal["static", "predicate", "tool", "edit"]
-RequestStatus = Literal["pending", "approved", "denied", "timed_out", "error", "cancelled"]
+RequestStatus = Literal[
+    "pending", "approved", "denied", "edited", "timed_out", "error", "cancelled"
+]
 Outcome = Literal["approve", "deny", "edit"]
 Scope = Literal["once", "session", "always"]
 
@@ -56,6 +58,37 @@ class ConfirmationRequest(BaseModel):
     """Facts a human should see beside the arguments (a bash policy decision, say)."""
 
 
+class RulePattern(BaseModel):
+    """One parsed simple command a remembered rule covers: its argv words.
+
+    ``prefix=False`` (the default) matches exactly these words; ``prefix=True`` also
+    matches commands that go on with more words. Saving ``curl https://a`` never allows
+    ``curl`` alone: a shorter or open-ended rule is only made when a human chose it.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    words: tuple[str, ...] = Field(min_length=1)
+    prefix: bool = False
+
+
+class Remember(BaseModel):
+    """What an approval with scope ``session`` or ``always`` saves as a rule.
+
+    ``patterns``: for a tool whose calls are commands (`BaseTool.rule_subjects`), one
+    pattern per parsed simple command; None saves each command exactly as it was asked.
+    ``tool_wide``: for other tools, every call of the tool (only when chosen
+    explicitly); otherwise the rule is the tool plus these exact arguments.
+    ``ttl``: seconds until the rule expires; None takes the default for its scope.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    patterns: tuple[RulePattern, ...] | None = None
+    tool_wide: bool = False
+    ttl: float | None = Field(default=None, gt=0)
+
+
 class Decision(BaseModel):
     """A provider's answer. Build it with `Decision.approve()`, `.deny(reason)`, `.edit(args)`."""
 
@@ -68,6 +101,8 @@ class Decision(BaseModel):
     scope: Scope = "once"
     decided_by: str | None = None
     channel: str | None = None
+    remember: Remember | None = None
+    """With scope session/always: what the rule covers (None = exactly this call)."""
 
     @model_validator(mode="after")
     def _check(self) -> Decision:
@@ -75,15 +110,20 @@ class Decision(BaseModel):
             raise ValueError("an 'edit' decision needs args: Decision.edit({...})")
         if self.outcome != "edit" and self.args is not None:
             raise ValueError("only an 'edit' decision carries args; use Decision.edit(args)")
+        if self.remember is not None and (self.outcome != "approve" or self.scope == "once"):
+            raise ValueError(
+                "remember goes with an approval of scope 'session' or 'always': "
+                "Decision.approve(scope='always', remember=Remember(...))"
+            )
         return self
 
     @classmethod
     def approve(
         cls, *, payload: Any | None = None, scope: Scope = "once", decided_by: str | None = None,
-        channel: str | None = None,
+        channel: str | None = None, remember: Remember | None = None,
     ) -> Decision:
         return cls(outcome="approve", payload=payload, scope=scope, decided_by=decided_by,
-                   channel=channel)
+                   channel=channel, remember=remember)
 
     @classmethod
     def deny(

@@ -22,6 +22,7 @@ import socket
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,6 +32,7 @@ import psutil  # type: ignore[import-untyped, unused-ignore]
 
 from ..errors import (
     ConfirmationStateError,
+    ConfirmationTimedOutError,
     StoreError,
     UnknownCallError,
     UnknownConfirmationError,
@@ -489,6 +491,8 @@ class ApprovalStore:
                     f"unknown confirmation id {request_id!r}: it was never issued by this "
                     "store (check the id, and that you opened the same store file)"
                 )
+            if req.status == "timed_out":
+                raise ConfirmationTimedOutError(_timed_out_message(req))
             if req.status != "pending":
                 row = self._db.execute(
                     "SELECT decided_by, channel, decided FROM requests WHERE id=?", (request_id,)
@@ -498,33 +502,42 @@ class ApprovalStore:
                     f"confirmation {request_id} was already answered ({req.status}, by {who}); "
                     "a confirmation is answered once and a grant is used once"
                 )
-            if req.expires_at is not None and now > req.expires_at.timestamp() and status in (
-                "approved", "denied", "edited"
-            ):
+            expired = req.expires_at is not None and now > req.expires_at.timestamp() and (
+                status in ("approved", "denied", "edited"))
+            if expired:
+                # Recorded (committed) as timed out before the refusal is raised.
                 self._expire(req, now)
-                raise ConfirmationStateError(
-                    f"confirmation {request_id} expired at {req.expires_at.isoformat()} and "
-                    "was recorded as timed out; it can no longer be answered"
-                )
-            self._db.execute(
-                "UPDATE requests SET status=?, decided=?, outcome=?, reason=?, decided_by=?, "
-                "channel=?, decision=? WHERE id=? AND status='pending'",
-                (status, now, outcome, reason, decided_by, channel, _dump(decision), request_id),
-            )
-            if status == "approved":
-                call_state, grant = "approved", req.digest
-            elif status == "edited":
-                call_state, grant = "editing", None
             else:
-                call_state, grant = status, None
-            self._db.execute(
-                "UPDATE calls SET state=?, grant_digest=?, owner=?, result=?, updated=? "
-                "WHERE call_id=? AND state='awaiting' AND request_id=?",
-                (call_state, grant, owner, _dump(call_result), now, req.call_id, request_id),
-            )
-            self._journal(req.call_id, call_state, owner, f"{request_id} by {decided_by or channel}",
-                          now)
+                self._decide(req, now, owner, status=status, outcome=outcome, reason=reason,
+                             decided_by=decided_by, channel=channel, decision=decision,
+                             call_result=call_result)
+        if expired:
+            raise ConfirmationTimedOutError(_timed_out_message(req))
         return req.model_copy(update={"status": status})
+
+    def _decide(self, req: ConfirmationRequest, now: float, owner: str, *, status: str,
+                outcome: str | None, reason: str | None, decided_by: str | None,
+                channel: str | None, decision: dict[str, Any] | None,
+                call_result: Any) -> None:
+        request_id = req.id
+        self._db.execute(
+            "UPDATE requests SET status=?, decided=?, outcome=?, reason=?, decided_by=?, "
+            "channel=?, decision=? WHERE id=? AND status='pending'",
+            (status, now, outcome, reason, decided_by, channel, _dump(decision), request_id),
+        )
+        if status == "approved":
+            call_state, grant = "approved", req.digest
+        elif status == "edited":
+            call_state, grant = "editing", None
+        else:
+            call_state, grant = status, None
+        self._db.execute(
+            "UPDATE calls SET state=?, grant_digest=?, owner=?, result=?, updated=? "
+            "WHERE call_id=? AND state='awaiting' AND request_id=?",
+            (call_state, grant, owner, _dump(call_result), now, req.call_id, request_id),
+        )
+        self._journal(req.call_id, call_state, owner, f"{request_id} by {decided_by or channel}",
+                      now)
 
     def _expire(self, req: ConfirmationRequest, now: float) -> None:
         self._db.execute(
@@ -532,10 +545,12 @@ class ApprovalStore:
             "reason='expired before an answer' WHERE id=? AND status='pending'",
             (now, req.id),
         )
+        result = {"status": "timed_out", "error": f"Confirmation timed out: {req.id} expired "
+                  "before anyone answered it. The tool was not run."}
         self._db.execute(
-            "UPDATE calls SET state='timed_out', updated=? WHERE call_id=? AND state='awaiting' "
-            "AND request_id=?",
-            (now, req.call_id, req.id),
+            "UPDATE calls SET state='timed_out', result=?, updated=? WHERE call_id=? "
+            "AND state='awaiting' AND request_id=?",
+            (_dump(result), now, req.call_id, req.id),
         )
         self._journal(req.call_id, "timed_out", None, f"{req.id} expired", now)
 
@@ -565,28 +580,31 @@ class ApprovalStore:
                 raise UnknownConfirmationError(
                     f"unknown confirmation id {request_id!r}: it was never issued by this store"
                 )
+            if req.status == "timed_out":
+                raise ConfirmationTimedOutError(_timed_out_message(req))
             if req.status != "pending":
                 raise ConfirmationStateError(
                     f"confirmation {request_id} was already answered ({req.status})"
                 )
-            if req.expires_at is not None and now > req.expires_at.timestamp():
+            expired = req.expires_at is not None and now > req.expires_at.timestamp()
+            if expired:
+                # Recorded (committed) as timed out before the refusal is raised.
                 self._expire(req, now)
-                raise ConfirmationStateError(
-                    f"confirmation {request_id} expired at {req.expires_at.isoformat()} and "
-                    "was recorded as timed out; it can no longer be answered"
+            else:
+                cur = self._db.execute(
+                    "INSERT OR IGNORE INTO answers(request_id, decision, decided_by, channel, "
+                    "at) VALUES (?,?,?,?,?)",
+                    (request_id, canonical_json(decision), decided_by, channel, now),
                 )
-            cur = self._db.execute(
-                "INSERT OR IGNORE INTO answers(request_id, decision, decided_by, channel, at) "
-                "VALUES (?,?,?,?,?)",
-                (request_id, canonical_json(decision), decided_by, channel, now),
-            )
-            if cur.rowcount != 1:
-                raise ConfirmationStateError(
-                    f"confirmation {request_id} already has an answer waiting to be applied; "
-                    "a confirmation is answered once"
-                )
-            self._journal(req.call_id, "answered", None, f"{request_id} by {decided_by or channel}",
-                          now)
+                if cur.rowcount != 1:
+                    raise ConfirmationStateError(
+                        f"confirmation {request_id} already has an answer waiting to be "
+                        "applied; a confirmation is answered once"
+                    )
+                self._journal(req.call_id, "answered", None,
+                              f"{request_id} by {decided_by or channel}", now)
+        if expired:
+            raise ConfirmationTimedOutError(_timed_out_message(req))
 
     def get_answer(self, request_id: str) -> dict[str, Any] | None:
         """The answer submitted for a request and not yet applied, if any."""
@@ -602,6 +620,32 @@ class ApprovalStore:
         decision.setdefault("decided_by", row[1])
         decision.setdefault("channel", row[2])
         return {k: v for k, v in decision.items() if v is not None}
+
+    def answer_states(self, request_ids: Sequence[str]) -> dict[str, tuple[str, dict[str, Any] | None]]:
+        """For each known id: its status and the answer waiting to be applied, if any.
+
+        One query for many waiters: what a provider polling the store for answers uses.
+        """
+        out: dict[str, tuple[str, dict[str, Any] | None]] = {}
+        ids = list(request_ids)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            with self._lock:
+                rows = self._db.execute(
+                    "SELECT r.id, r.status, a.decision, a.decided_by, a.channel FROM requests r "
+                    f"LEFT JOIN answers a ON a.request_id = r.id WHERE r.id IN ({marks})",
+                    chunk,
+                ).fetchall()
+            for rid, status, raw, decided_by, channel in rows:
+                answer: dict[str, Any] | None = None
+                if raw is not None and status == "pending":
+                    answer = dict(json.loads(raw))
+                    answer.setdefault("decided_by", decided_by)
+                    answer.setdefault("channel", channel)
+                    answer = {k: v for k, v in answer.items() if v is not None}
+                out[rid] = (status, answer)
+        return out
 
     def answered_requests(self) -> list[ConfirmationRequest]:
         """Pending requests that have an answer waiting to be applied."""
@@ -661,6 +705,12 @@ class ApprovalStore:
                 params = (session_id,)
             rows = self._db.execute(query + " ORDER BY created, id", params).fetchall()
         return [_request_from_row(r) for r in rows]
+
+
+def _timed_out_message(req: ConfirmationRequest) -> str:
+    when = f" (it expired at {req.expires_at.isoformat()})" if req.expires_at else ""
+    return (f"confirmation {req.id} timed out{when} and was recorded as timed out; "
+            "it can no longer be answered. Make the call again to ask anew")
 
 
 _REQUEST_COLUMNS = (

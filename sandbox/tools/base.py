@@ -31,6 +31,7 @@ class BaseTool(ABC):
       (a blocked bash command): such a call never reaches a human.
     - `confirmation_needed(args)` returns a hint when a human must approve first.
     - `describe(args)` returns extra facts a human should see when asked to approve.
+    - `rule_subjects(args)` returns the parsed commands a remembered approval must cover.
     """
 
     def __init__(
@@ -83,6 +84,16 @@ class BaseTool(ABC):
 
     def describe(self, args: dict[str, Any]) -> dict[str, Any]:
         return {}
+
+    def rule_subjects(self, args: dict[str, Any]) -> tuple[tuple[str, ...], ...] | None:
+        """The parsed commands a remembered rule must cover for this call, or None.
+
+        A command-running tool returns the argv of every simple command in the call
+        (so a rule approving ``git log`` does not approve ``git log; rm -rf ~``); an
+        empty tuple means nothing could be parsed and no rule may approve the call. The
+        default, None, makes rules match on the tool and its exact arguments.
+        """
+        return None
 
     @abstractmethod
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:

@@ -1,0 +1,240 @@
+"""What a human is shown when asked to approve a call, in one place for every channel.
+
+Arguments come from a model, so they are hostile text. Every control character is shown
+escaped (``\\r``, ``\\x1b``, ``\\u202e``): a carriage return cannot redraw the line, an
+ANSI escape cannot recolour or hide text, a bidi override cannot reorder it. The
+terminal, the web page and the audit log all start from `escape_text`, so what the
+audit records as shown is what was shown.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .models import ConfirmationRequest
+
+# Characters that are not control characters by category but can still change what a
+# line looks like: zero-width characters, bidi marks and overrides, line separators.
+_INVISIBLE = frozenset(
+    "\u00ad\u061c\u115f\u1160\u180e\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c"
+    "\u202d\u202e\u2028\u2029\u2060\u2061\u2062\u2063\u2064\u2066\u2067\u2068\u2069"
+    "\u3164\ufeff\uffa0"
+)
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\x1b", "\x00": "\\0"}
+
+
+def needs_escape(ch: str) -> bool:
+    """True for a character that must never reach a screen as itself."""
+    if ch in _INVISIBLE:
+        return True
+    category = unicodedata.category(ch)
+    # Cc: C0/C1 controls and DEL; Cf: format characters (bidi, zero-width);
+    # Co/Cn/Cs: private use, unassigned, lone surrogates.
+    return category in ("Cc", "Cf", "Co", "Cn", "Cs", "Zl", "Zp")
+
+
+def escape_char(ch: str) -> str:
+    named = _NAMED.get(ch)
+    if named is not None:
+        return named
+    code = ord(ch)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A run of text, either printable as is or the escaped form of control characters."""
+
+    text: str
+    escaped: bool
+
+
+def escape_pieces(text: str) -> Iterator[Piece]:
+    """Split `text` into printable runs and escaped control characters."""
+    run: list[str] = []
+    for ch in text:
+        if needs_escape(ch):
+            if run:
+                yield Piece("".join(run), False)
+                run = []
+            yield Piece(escape_char(ch), True)
+        else:
+            run.append(ch)
+    if run:
+        yield Piece("".join(run), False)
+
+
+def escape_text(text: str) -> str:
+    """`text` with every control character replaced by its escape: safe on any screen."""
+    return "".join(p.text for p in escape_pieces(text))
+
+
+def count_controls(text: str) -> int:
+    return sum(1 for ch in text if needs_escape(ch))
+
+
+def command_of(args: dict[str, Any]) -> str | None:
+    """The shell command a call carries, if its arguments are ``{"command": str, ...}``."""
+    command = args.get("command")
+    return command if isinstance(command, str) else None
+
+
+def render_args(args: dict[str, Any]) -> str:
+    """The arguments as one escaped text: the command line for a shell call, else JSON."""
+    command = command_of(args)
+    if command is not None and set(args) == {"command"}:
+        return escape_text(command)
+    # ensure_ascii=False keeps readable text readable; escape_text then escapes controls
+    # (json.dumps already escapes C0 controls, but not C1, bidi or zero-width ones).
+    return escape_text(json.dumps(args, indent=2, sort_keys=True, ensure_ascii=False,
+                                  default=repr))
+
+
+def rule_subjects_of(request: ConfirmationRequest) -> list[list[str]] | None:
+    """The parsed simple commands the runner attached to a request (see `BaseTool.rule_subjects`)."""
+    subjects = request.details.get("rule_subjects")
+    if not isinstance(subjects, list):
+        return None
+    out: list[list[str]] = []
+    for argv in subjects:
+        if not isinstance(argv, list) or not all(isinstance(w, str) for w in argv):
+            return None
+        out.append(list(argv))
+    return out
+
+
+def visible_details(request: ConfirmationRequest) -> dict[str, Any]:
+    """The facts to show beside the arguments (the policy decision), minus plumbing."""
+    return {k: v for k, v in request.details.items() if k != "rule_subjects"}
+
+
+def shown(request: ConfirmationRequest, args: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What every channel shows a human for `request`, as recorded in the audit log.
+
+    ``args`` replaces the request's arguments (the audit passes them redacted).
+    """
+    shown_args = request.args if args is None else args
+    text = render_args(shown_args)
+    return {
+        "tool": escape_text(request.tool),
+        "args": text,
+        "hint": escape_text(request.hint),
+        "details": _escape_tree(visible_details(request)),
+        "control_characters": _controls_in(shown_args),
+    }
+
+
+def _controls_in(args: dict[str, Any]) -> int:
+    """Control characters in the keys and string values of `args`."""
+    total = 0
+    stack: list[Any] = [args]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            total += count_controls(value)
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return total
+
+
+def _escape_tree(value: Any) -> Any:
+    if isinstance(value, str):
+        return escape_text(value)
+    if isinstance(value, dict):
+        return {escape_text(str(k)): _escape_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_escape_tree(v) for v in value]
+    return value
+
+
+# -- bash syntax highlighting (ANSI) ---------------------------------------------------
+
+RESET = "\x1b[0m"
+BOLD = "\x1b[1m"
+REVERSE = "\x1b[7m"
+_COLOURS = {
+    "command": "\x1b[1;32m",   # bold green: the program that runs
+    "operator": "\x1b[1;33m",  # bold yellow: ; && || | & > ( )
+    "string": "\x1b[36m",      # cyan
+    "variable": "\x1b[35m",    # magenta: $x, ${x}, $(...)
+    "comment": "\x1b[2m",      # dim
+    "word": "",
+    "space": "",
+}
+_TOKEN = re.compile(
+    r"""
+    (?P<space>[ \t]+)
+  | (?P<comment>(?<![^\s;&|()])\#[^\n]*)
+  | (?P<string>'[^']*'?|"(?:\\.|[^"\\])*"?|\$'(?:\\.|[^'\\])*'?)
+  | (?P<variable>\$\{[^}]*\}?|\$\(|\$[A-Za-z_][A-Za-z0-9_]*|\$[0-9@*#?$!-]|`)
+  | (?P<operator>&&|\|\||;;|[0-9]*>>|[0-9]*>&|[0-9]*>|<<-?|<<<|<&|<|\||&|;|\(|\)|\n)
+  | (?P<word>(?:\\.|[^\s'"$`;&|()<>\\])+|\\|\$)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+_COMMAND_START = {"&&", "||", ";;", "|", "&", ";", "(", "\n", "$(", "`"}
+
+
+def bash_tokens(command: str) -> Iterator[tuple[str, str]]:
+    """(kind, text) tokens of a command line; concatenated they are exactly `command`.
+
+    Only for colouring what a human reads: the policy parses with tree-sitter-bash, and
+    nothing here decides what runs.
+    """
+    pos = 0
+    expect_command = True
+    while pos < len(command):
+        m = _TOKEN.match(command, pos)
+        if m is None:  # an unmatched character: emit it alone, uncoloured
+            yield "word", command[pos]
+            pos += 1
+            continue
+        kind = m.lastgroup or "word"
+        text = m.group()
+        pos = m.end()
+        if kind == "word" and expect_command:
+            if "=" in text and not text.startswith("="):
+                yield "variable", text  # an assignment before the command
+                continue
+            kind = "command"
+            expect_command = False
+        elif kind in ("operator", "variable") and text in _COMMAND_START:
+            expect_command = True
+        elif kind not in ("space", "comment"):
+            expect_command = False
+        yield kind, text
+
+
+def highlight_bash(command: str, *, colour: bool = True) -> str:
+    """The command for a terminal: coloured by token, control characters escaped and shown
+    in reverse video so they stand out from a literal backslash sequence."""
+    out: list[str] = []
+    for kind, text in bash_tokens(command):
+        start = _COLOURS.get(kind, "") if colour else ""
+        for piece in escape_pieces(text):
+            if piece.escaped:
+                out.append(f"{REVERSE}{piece.text}{RESET}" if colour else piece.text)
+                continue
+            out.append(f"{start}{piece.text}{RESET}" if start else piece.text)
+    return "".join(out)
+
+
+def terminal_text(text: str, *, colour: bool = True) -> str:
+    """Any model-provided text for a terminal: escaped, escapes in reverse video."""
+    if not colour:
+        return escape_text(text)
+    return "".join(
+        f"{REVERSE}{p.text}{RESET}" if p.escaped else p.text for p in escape_pieces(text)
+    )

@@ -1,0 +1,386 @@
+"""Remembered decisions: "approve this for the session" and "always approve this".
+
+A rule approves future calls on a human's behalf, so it is narrow, visible and
+temporary:
+
+- For a tool whose calls are commands (`BaseTool.rule_subjects` returns the argv of
+  every parsed simple command), a rule covers argv word patterns: exactly
+  ``curl https://a``, or, only when a human chose it, every command starting with
+  ``git log``. A compound command is approved only when *every* simple command in it
+  is covered, so ``git log; rm -rf ~`` is not approved by a ``git log`` rule.
+- For other tools, a rule is the tool plus exact canonical arguments, or the whole
+  tool when a human explicitly chose that.
+- Every rule has a scope (``session``: this runner's session only; ``always``), an
+  expiry, and can be listed and revoked (``sandbox approvals rules``); a revoked or
+  expired rule stops matching at once, in every process sharing the store.
+
+Rules live in the approval store's SQLite file, in their own table.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from ..errors import ConfigurationError, RuleError, UnknownRuleError
+from .models import (
+    ConfirmationRequest,
+    Decision,
+    Remember,
+    RulePattern,
+    args_digest,
+    canonical_json,
+)
+from .store import ApprovalStore, new_id
+
+RuleScope = Literal["session", "always"]
+RuleKind = Literal["command", "args", "tool"]
+
+#: Default lifetimes. A session rule also dies with its session; the expiry bounds a
+#: session that never ends. An "always" rule is "always, for the next 30 days".
+SESSION_TTL = 24 * 3600.0
+ALWAYS_TTL = 30 * 24 * 3600.0
+MAX_TTL = 366 * 24 * 3600.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS rules (
+    id          TEXT PRIMARY KEY,
+    tool        TEXT NOT NULL,
+    kind        TEXT NOT NULL,
+    words       TEXT,
+    prefix      INTEGER NOT NULL DEFAULT 0,
+    args        TEXT,
+    digest      TEXT,
+    scope       TEXT NOT NULL,
+    session_id  TEXT,
+    created     REAL NOT NULL,
+    expires     REAL NOT NULL,
+    created_by  TEXT,
+    channel     TEXT,
+    request_id  TEXT,
+    revoked     REAL,
+    revoked_by  TEXT,
+    uses        INTEGER NOT NULL DEFAULT 0,
+    last_used   REAL
+);
+CREATE INDEX IF NOT EXISTS rules_by_tool ON rules(tool, revoked, expires);
+"""
+
+_COLUMNS = (
+    "id, tool, kind, words, prefix, args, digest, scope, session_id, created, expires, "
+    "created_by, channel, request_id, revoked, revoked_by, uses, last_used"
+)
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=timezone.utc)
+
+
+def _dt(ts: float | None) -> datetime | None:
+    return None if ts is None else _utc(ts)
+
+
+class Rule(BaseModel):
+    """One remembered decision, as stored and listed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    tool: str
+    kind: RuleKind
+    words: tuple[str, ...] | None = None
+    prefix: bool = False
+    args: dict[str, Any] | None = None
+    digest: str | None = None
+    scope: RuleScope
+    session_id: str | None = None
+    created_at: datetime
+    expires_at: datetime
+    created_by: str | None = None
+    channel: str | None = None
+    request_id: str | None = None
+    revoked_at: datetime | None = None
+    revoked_by: str | None = None
+    uses: int = 0
+    last_used_at: datetime | None = None
+
+    def active(self, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        return self.revoked_at is None and self.expires_at.timestamp() > now
+
+    @property
+    def state(self) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        return "active" if self.active() else "expired"
+
+    def covers(self, argv: Sequence[str]) -> bool:
+        """Whether this command rule covers one parsed simple command."""
+        if self.kind != "command" or self.words is None:
+            return False
+        n = len(self.words)
+        if self.prefix:
+            return tuple(argv[:n]) == self.words
+        return tuple(argv) == self.words
+
+    def describe(self) -> str:
+        """One line for a human (words are JSON-quoted, so controls show escaped)."""
+        if self.kind == "command" and self.words is not None:
+            shown = " ".join(_word(w) for w in self.words)
+            return f"{self.tool}: {shown}" + (" …(and any further words)" if self.prefix
+                                              else " (exactly)")
+        if self.kind == "tool":
+            return f"{self.tool}: every call"
+        return f"{self.tool}: {json.dumps(self.args, sort_keys=True)}"
+
+
+def _word(word: str) -> str:
+    plain = word and all(c.isalnum() or c in "-_./:=@%+,~" for c in word)
+    return word if plain else json.dumps(word)
+
+
+def patterns_for(subjects: Sequence[Sequence[str]]) -> tuple[RulePattern, ...]:
+    """The narrowest patterns covering these commands: each one exactly, no duplicates."""
+    seen: dict[tuple[str, ...], None] = {}
+    for argv in subjects:
+        if argv:
+            seen.setdefault(tuple(argv), None)
+    return tuple(RulePattern(words=w) for w in seen)
+
+
+def check_patterns(patterns: Sequence[RulePattern], subjects: Sequence[Sequence[str]]) -> None:
+    """Refuse patterns that do not fit the commands the human was asked about.
+
+    Every pattern must be a word prefix of one of the commands (a human may narrow the
+    words kept, never add other words), and every command must be covered (saving a
+    rule that would not even approve this call is a mistake, not a choice).
+    """
+    if not subjects or any(len(argv) == 0 for argv in subjects):
+        raise RuleError("this call has no parsed commands to remember; approve it once")
+    for pattern in patterns:
+        if not any(tuple(argv[: len(pattern.words)]) == pattern.words for argv in subjects):
+            raise RuleError(
+                f"rule words {list(pattern.words)} are not a prefix of any command in this "
+                "call; a rule may keep the first words of a command, nothing else"
+            )
+        if not pattern.prefix and not any(tuple(argv) == pattern.words for argv in subjects):
+            raise RuleError(
+                f"rule words {list(pattern.words)} are shorter than the command; mark the "
+                "pattern prefix=True to cover every command starting with them"
+            )
+    for argv in subjects:
+        if not any(_covers(p, argv) for p in patterns):
+            raise RuleError(
+                f"command {list(argv)} of this call is not covered by the rule; every "
+                "command of a compound call needs a pattern"
+            )
+
+
+def _covers(pattern: RulePattern, argv: Sequence[str]) -> bool:
+    n = len(pattern.words)
+    return tuple(argv[:n]) == pattern.words if pattern.prefix else tuple(argv) == pattern.words
+
+
+class RuleBook:
+    """The rules table of one `ApprovalStore`: add, match, list, revoke."""
+
+    def __init__(self, store: ApprovalStore, *, session_ttl: float = SESSION_TTL,
+                 always_ttl: float = ALWAYS_TTL) -> None:
+        for name, value in (("session_ttl", session_ttl), ("always_ttl", always_ttl)):
+            if not 0 < value <= MAX_TTL:
+                raise ConfigurationError(
+                    f"{name} must be between 0 and {MAX_TTL:g} seconds, got {value!r}"
+                )
+        self.store = store
+        self.session_ttl = session_ttl
+        self.always_ttl = always_ttl
+        with store._lock:
+            store._db.executescript(_SCHEMA)
+
+    # -- making rules ----------------------------------------------------------------
+
+    def from_decision(
+        self, request: ConfirmationRequest, decision: Decision, *,
+        subjects: Sequence[Sequence[str]] | None, session_id: str | None,
+    ) -> list[Rule]:
+        """The rules an approval with scope session/always asks for (saved here).
+
+        ``subjects`` are the request's parsed commands (None for a tool that is not
+        command-shaped). Raises `RuleError` when the decision asks for a rule that does
+        not fit the request; nothing is saved then.
+        """
+        if decision.outcome != "approve" or decision.scope == "once":
+            return []
+        scope: RuleScope = decision.scope
+        if scope == "session" and not session_id:
+            raise RuleError("a session rule needs a session id")
+        spec = decision.remember or Remember()
+        ttl = spec.ttl if spec.ttl is not None else (
+            self.session_ttl if scope == "session" else self.always_ttl)
+        if ttl > MAX_TTL:
+            raise RuleError(f"a rule lives at most {MAX_TTL:g} seconds, asked for {ttl:g}")
+        common: dict[str, Any] = dict(
+            tool=request.tool, scope=scope, session_id=session_id if scope == "session" else None,
+            ttl=ttl, created_by=decision.decided_by, channel=decision.channel,
+            request_id=request.id,
+        )
+        if subjects is not None:
+            if spec.tool_wide:
+                raise RuleError(
+                    f"{request.tool} runs commands: a rule covers command words, not every "
+                    "call of the tool; choose a prefix of words instead"
+                )
+            patterns = spec.patterns if spec.patterns is not None else patterns_for(subjects)
+            check_patterns(patterns, subjects)
+            return self._add_many([
+                dict(common, kind="command", words=p.words, prefix=p.prefix) for p in patterns
+            ])
+        if spec.patterns is not None:
+            raise RuleError(f"{request.tool} does not take commands; a rule for it is its exact "
+                            "arguments, or tool_wide=True for every call")
+        if spec.tool_wide:
+            return self._add_many([dict(common, kind="tool")])
+        return self._add_many([dict(common, kind="args", args=request.args,
+                                    digest=args_digest(request.tool, request.args))])
+
+    def add(self, *, tool: str, kind: RuleKind, scope: RuleScope, ttl: float,
+            words: Sequence[str] | None = None, prefix: bool = False,
+            args: dict[str, Any] | None = None, session_id: str | None = None,
+            created_by: str | None = None, channel: str | None = None,
+            request_id: str | None = None) -> Rule:
+        """Save one rule directly (for set-up code; humans make rules by approving)."""
+        digest = args_digest(tool, args) if kind == "args" and args is not None else None
+        return self._add_many([dict(
+            tool=tool, kind=kind, scope=scope, ttl=ttl, words=words, prefix=prefix, args=args,
+            digest=digest, session_id=session_id, created_by=created_by, channel=channel,
+            request_id=request_id)])[0]
+
+    def _add_many(self, specs: list[dict[str, Any]]) -> list[Rule]:
+        now = time.time()
+        ids: list[str] = []
+        with self.store._tx():
+            for spec in specs:
+                kind = spec["kind"]
+                words = spec.get("words")
+                if kind == "command" and not words:
+                    raise RuleError("a command rule needs at least one word")
+                if kind == "args" and spec.get("args") is None:
+                    raise RuleError("an arguments rule needs the arguments")
+                if spec["scope"] == "session" and not spec.get("session_id"):
+                    raise RuleError("a session rule needs a session id")
+                if not 0 < spec["ttl"] <= MAX_TTL:
+                    raise RuleError(f"a rule's ttl must be in (0, {MAX_TTL:g}] seconds")
+                rid = new_id("rule")
+                self.store._db.execute(
+                    f"INSERT INTO rules({_COLUMNS}) VALUES "
+                    "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,NULL,NULL,0,NULL)",
+                    (rid, spec["tool"], kind,
+                     None if words is None else json.dumps(list(words), ensure_ascii=False),
+                     int(bool(spec.get("prefix"))),
+                     None if spec.get("args") is None else canonical_json(spec["args"]),
+                     spec.get("digest"), spec["scope"], spec.get("session_id"), now,
+                     now + spec["ttl"], spec.get("created_by"), spec.get("channel"),
+                     spec.get("request_id")),
+                )
+                ids.append(rid)
+        return [self.get(rid) for rid in ids]
+
+    # -- using rules -----------------------------------------------------------------
+
+    def match(self, tool: str, args: dict[str, Any], *,
+              subjects: Sequence[Sequence[str]] | None,
+              session_id: str | None) -> list[Rule] | None:
+        """The active rules that together approve this call, or None.
+
+        Commands: every parsed simple command must be covered by some rule (an empty
+        parse is never covered). Other tools: a rule for these exact arguments, or a
+        tool-wide rule.
+        """
+        now = time.time()
+        with self.store._lock:
+            rows = self.store._db.execute(
+                f"SELECT {_COLUMNS} FROM rules WHERE tool=? AND revoked IS NULL AND expires>? "
+                "AND (scope='always' OR session_id=?) ORDER BY created",
+                (tool, now, session_id or ""),
+            ).fetchall()
+        rules = [_rule_from_row(r) for r in rows]
+        used: list[Rule] = []
+        if subjects is not None:
+            if not subjects:
+                return None
+            for argv in subjects:
+                rule = next((r for r in rules if r.covers(argv)), None)
+                if rule is None or not argv:
+                    return None
+                if rule not in used:
+                    used.append(rule)
+        else:
+            digest = args_digest(tool, args)
+            rule = next((r for r in rules if r.kind == "args" and r.digest == digest), None) \
+                or next((r for r in rules if r.kind == "tool"), None)
+            if rule is None:
+                return None
+            used.append(rule)
+        with self.store._tx():
+            for rule in used:
+                self.store._db.execute(
+                    "UPDATE rules SET uses=uses+1, last_used=? WHERE id=?", (now, rule.id))
+        return used
+
+    # -- seeing and revoking -------------------------------------------------------------
+
+    def get(self, rule_id: str) -> Rule:
+        with self.store._lock:
+            row = self.store._db.execute(
+                f"SELECT {_COLUMNS} FROM rules WHERE id=?", (rule_id,)).fetchone()
+        if row is None:
+            raise UnknownRuleError(
+                f"unknown rule id {rule_id!r}; list the rules with `sandbox approvals rules`")
+        return _rule_from_row(row)
+
+    def rules(self, *, include_inactive: bool = False, tool: str | None = None) -> list[Rule]:
+        """Rules, oldest first: active ones, or with ``include_inactive`` all of them."""
+        query = f"SELECT {_COLUMNS} FROM rules"
+        where: list[str] = []
+        params: list[Any] = []
+        if not include_inactive:
+            where.append("revoked IS NULL AND expires>?")
+            params.append(time.time())
+        if tool is not None:
+            where.append("tool=?")
+            params.append(tool)
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        with self.store._lock:
+            rows = self.store._db.execute(query + " ORDER BY created, id", params).fetchall()
+        return [_rule_from_row(r) for r in rows]
+
+    def revoke(self, rule_id: str, *, by: str | None = None) -> Rule:
+        """Stop a rule from matching, from now on and in every process."""
+        with self.store._tx():
+            cur = self.store._db.execute(
+                "UPDATE rules SET revoked=?, revoked_by=? WHERE id=? AND revoked IS NULL",
+                (time.time(), by, rule_id),
+            )
+            exists = cur.rowcount == 1 or self.store._db.execute(
+                "SELECT 1 FROM rules WHERE id=?", (rule_id,)).fetchone() is not None
+        if not exists:
+            raise UnknownRuleError(
+                f"unknown rule id {rule_id!r}; list the rules with `sandbox approvals rules`")
+        return self.get(rule_id)
+
+
+def _rule_from_row(row: tuple[Any, ...]) -> Rule:
+    return Rule(
+        id=row[0], tool=row[1], kind=row[2],
+        words=None if row[3] is None else tuple(json.loads(row[3])), prefix=bool(row[4]),
+        args=None if row[5] is None else json.loads(row[5]), digest=row[6], scope=row[7],
+        session_id=row[8], created_at=_utc(row[9]), expires_at=_utc(row[10]),
+        created_by=row[11], channel=row[12], request_id=row[13], revoked_at=_dt(row[14]),
+        revoked_by=row[15], uses=row[16], last_used_at=_dt(row[17]),
+    )
