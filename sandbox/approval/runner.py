@@ -22,13 +22,17 @@ from ..audit import AuditLog, Redactor, redact_secrets
 from ..errors import (
     ConfigurationError,
     ConfirmationStateError,
+    ConfirmationTimedOutError,
     DuplicateCallError,
+    RuleError,
     UnknownToolError,
 )
 from ..tools.base import BaseTool, ToolArgumentError
 from ..tools.context import ToolConfirmation, ToolContext
+from .display import shown
 from .models import ConfirmationRequest, Decision, args_digest
 from .providers import ConfirmationProvider, parse_answer, to_decision
+from .rules import Rule, RuleBook
 from .store import ApprovalStore, CallRecord, _Owner, new_id
 
 T = TypeVar("T")
@@ -64,6 +68,7 @@ class ToolRunner:
         approval_ttl: float | None = None,
         max_rounds: int = 4,
         session_id: str | None = None,
+        rules: RuleBook | None = None,
     ) -> None:
         self._tools: dict[str, BaseTool] = {}
         for tool in tools:
@@ -96,6 +101,12 @@ class ToolRunner:
         self.approval_ttl = approval_ttl
         self.max_rounds = max_rounds
         self.session_id = session_id
+        # Remembered decisions ("approve for this session", "always"): in the store's
+        # file. A runner without a session id is its own session.
+        if rules is not None and rules.store is not self.store:
+            raise ConfigurationError("rules must be a RuleBook over this runner's store")
+        self.rules = rules if rules is not None else RuleBook(self.store)
+        self.rule_session = session_id or new_id("session")
         # A file may be shared with other processes whose SQLite locks we may wait on:
         # keep those waits off the event loop. An in-memory store never waits.
         self._offload = self.store.path is not None
@@ -157,6 +168,12 @@ class ToolRunner:
         """
         req = await self._db(self.store.get_request, confirmation_id)
         tool = self._tool(req.tool)
+        if req.status == "timed_out" or (req.status == "pending" and _expired(req)):
+            # Whatever the answer, an expired request is recorded and reported as timed out.
+            rounds = await self._db(self.store.count_requests, req.call_id)
+            return await self._apply(tool, req, _Failure(
+                "timeout", f"confirmation {req.id} expired before it was answered"),
+                round_=rounds)
         if confirmation is None:
             answer = await self._db(self.store.get_answer, confirmation_id)
             if answer is None:
@@ -252,6 +269,9 @@ class ToolRunner:
             details = tool.describe(args)
         except Exception:
             details = {}
+        subjects = _rule_subjects(tool, args)
+        if subjects is not None:
+            details = {**details, "rule_subjects": [list(argv) for argv in subjects]}
         try:
             req = await self._db(
                 self.store.add_request, call_id=call_id, tool=tool.name, args=args,
@@ -264,9 +284,19 @@ class ToolRunner:
         self.audit.emit("tool.requested", tool=tool.name, call_id=call_id, digest=digest,
                         args=args, confirmation_id=req.id, hint=hint, kind=kind,
                         details=details or None)
+        if kind != "tool":  # a tool asking from inside wants a human's payload, not a rule
+            rules = await self._db(self.rules.match, tool.name, args, subjects=subjects,
+                                   session_id=self.rule_session)
+            if rules:
+                by_rule = Decision.approve(decided_by=",".join(r.id for r in rules),
+                                           channel="rule")
+                return await self._apply(tool, req, by_rule, round_=round_)
         if self.provider is None:
             return _awaiting(req)
         answer = await self._consult(self.provider, req)
+        if isinstance(answer, _Failure) and answer.kind == "pending" and _expired(req):
+            answer = _Failure("timeout", f"{answer.message.split(';')[0]}, and the request "
+                                         "expired")
         if isinstance(answer, _Failure) and answer.kind == "pending":
             self.audit.emit("tool.timed_out", tool=tool.name, call_id=call_id, digest=digest,
                             confirmation_id=req.id, still_pending=True,
@@ -317,10 +347,35 @@ class ToolRunner:
                                          reason=answer.reason, decision=answer)
             if refused is not None:
                 return refused
+            if answer.scope != "once":
+                await self._remember(tool, req, answer)
             confirmation = ToolConfirmation(confirmed=True, hint=req.hint, payload=answer.payload)
             return await self._execute(tool, call_id, req.args, req.digest, confirmation,
                                        round_=round_)
         return await self._apply_edit(tool, req, answer, round_=round_)
+
+    async def _remember(self, tool: BaseTool, req: ConfirmationRequest,
+                        answer: Decision) -> list[Rule]:
+        """Save the rules an approval with scope session/always asks for.
+
+        The subjects come from the tool held here, not from the stored request. A rule
+        that does not fit the call is not saved (the approval itself still stands).
+        """
+        try:
+            made = await self._db(self.rules.from_decision, req, answer,
+                                  subjects=_rule_subjects(tool, req.args),
+                                  session_id=self.rule_session)
+        except (RuleError, ConfigurationError) as exc:
+            self.audit.emit("rule.refused", tool=tool.name, call_id=req.call_id,
+                            digest=req.digest, confirmation_id=req.id, reason=str(exc))
+            return []
+        for rule in made:
+            self.audit.emit("rule.created", tool=tool.name, call_id=req.call_id,
+                            digest=req.digest, confirmation_id=req.id, rule_id=rule.id,
+                            rule=rule.describe(), scope=rule.scope,
+                            expires_at=rule.expires_at.isoformat(),
+                            decided_by=answer.decided_by, channel=answer.channel)
+        return made
 
     async def _apply_edit(self, tool: BaseTool, req: ConfirmationRequest, answer: Decision, *,
                           round_: int) -> dict[str, Any]:
@@ -370,16 +425,33 @@ class ToolRunner:
                 decision=decision.model_dump(mode="json") if decision else None,
                 call_result=result,
             )
+        except ConfirmationTimedOutError as exc:
+            self.audit.emit("tool.timed_out", tool=tool.name, call_id=req.call_id,
+                            digest=req.digest, confirmation_id=req.id, reason=str(exc),
+                            answered_by=decided_by, channel=channel)
+            return {"status": "timed_out", "call_id": req.call_id,
+                    "error": f"Confirmation timed out: {exc}. The tool was not run."}
         except ConfirmationStateError as exc:
             self.audit.emit("tool.rejected", tool=tool.name, call_id=req.call_id,
                             digest=req.digest, confirmation_id=req.id, reason=str(exc))
             return {"status": "rejected", "error": f"{exc}. Nothing was run.",
                     "call_id": req.call_id}
+        edited = decision.args if decision is not None and decision.args is not None else None
         self.audit.emit("tool.decided", tool=tool.name, call_id=req.call_id, digest=req.digest,
                         confirmation_id=req.id, decision=status, reason=reason,
                         decided_by=decided_by, channel=channel,
-                        edited_args=decision.args if decision and decision.args else None)
+                        scope=decision.scope if decision else None,
+                        shown=shown(req, self._redacted(req.tool, req.args)),
+                        edited_args=self._redacted(req.tool, edited) if edited else None,
+                        edit=_args_diff(self._redacted(req.tool, req.args),
+                                        self._redacted(req.tool, edited),
+                                        args_digest(req.tool, edited))
+                        if edited is not None else None)
         return None
+
+    def _redacted(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        redact = self.audit.redact
+        return redact(tool, args) if redact is not None else args
 
     async def _execute(self, tool: BaseTool, call_id: str, args: dict[str, Any], digest: str,
                        confirmation: ToolConfirmation | None, *, round_: int) -> dict[str, Any]:
@@ -463,6 +535,32 @@ class ToolRunner:
         if not self._offload:
             return fn(*args, **kwargs)
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+
+def _expired(req: ConfirmationRequest) -> bool:
+    return req.expires_at is not None and time.time() > req.expires_at.timestamp()
+
+
+def _rule_subjects(tool: BaseTool, args: dict[str, Any]) -> tuple[tuple[str, ...], ...] | None:
+    """The tool's parsed commands for a rule to cover; a failing parse covers nothing."""
+    try:
+        subjects = tool.rule_subjects(args)
+    except Exception:
+        return ()
+    if subjects is None:
+        return None
+    return tuple(tuple(str(word) for word in argv) for argv in subjects)
+
+
+def _args_diff(old: dict[str, Any], new: dict[str, Any], new_digest: str) -> dict[str, Any]:
+    """What an edit changed, key by key, and the digest of the edited call."""
+    return {
+        "changed": {k: {"old": old[k], "new": new[k]} for k in sorted(old.keys() & new.keys())
+                    if old[k] != new[k]},
+        "added": {k: new[k] for k in sorted(new.keys() - old.keys())},
+        "removed": {k: old[k] for k in sorted(old.keys() - new.keys())},
+        "new_digest": new_digest,
+    }
 
 
 def _awaiting(req: ConfirmationRequest) -> dict[str, Any]:
