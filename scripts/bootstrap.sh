@@ -24,7 +24,12 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 echo "== installing sandbox${EXTRAS:+[$EXTRAS]} into .venv"
-.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".${EXTRAS:+[$EXTRAS]}" 2>&1 \
-    | grep -v '^WARNING: Location' || true
-.venv/bin/python -c "import sandbox" || { echo "sandbox did not install; see pip output above" >&2; exit 1; }
+log=.venv/pip-install.log
+if ! { .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip &&
+       .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${EXTRAS:+[$EXTRAS]}"; } \
+       >"$log" 2>&1; then
+    grep -v '^WARNING: Location' "$log" >&2
+    echo "pip could not install sandbox${EXTRAS:+[$EXTRAS]} (full log: $log)" >&2
+    exit 1
+fi
+.venv/bin/python -c "import sandbox" || { echo "sandbox does not import; see $log" >&2; exit 1; }
