@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from sandbox import (
@@ -116,7 +117,7 @@ async def test_predicate_gates_only_the_calls_it_selects(effect: SideEffect) -> 
 
 async def test_async_predicate_gates_only_the_calls_it_selects(effect: SideEffect) -> None:
     async def risky(text: str) -> bool:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         return text == "risky"
 
     runner = ToolRunner([append_tool(effect, require_confirmation=risky)],
@@ -572,7 +573,7 @@ async def test_resume_with_a_malformed_answer_is_a_clear_error_and_nothing_runs(
 async def test_unknown_tool_name_is_an_unknown_tool_error() -> None:
     runner = ToolRunner([FunctionTool(lambda_free)])
 
-    with pytest.raises(UnknownToolError, match="'nope'.*lambda_free"):
+    with pytest.raises(UnknownToolError, match=r"'nope'.*lambda_free"):
         await runner.call("nope", {})
 
 

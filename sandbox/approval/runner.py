@@ -437,7 +437,9 @@ class ToolRunner:
             return {"status": "rejected", "error": f"{exc}. Nothing was run.",
                     "call_id": req.call_id}
         edited = decision.args if decision is not None and decision.args is not None else None
-        self.audit.emit("tool.decided", tool=tool.name, call_id=req.call_id, digest=req.digest,
+        # A wait that ran out is its own step in the trail, never mistaken for a decision.
+        event = "tool.timed_out" if status == "timed_out" else "tool.decided"
+        self.audit.emit(event, tool=tool.name, call_id=req.call_id, digest=req.digest,
                         confirmation_id=req.id, decision=status, reason=reason,
                         decided_by=decided_by, channel=channel,
                         scope=decision.scope if decision else None,
