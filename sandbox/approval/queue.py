@@ -1,0 +1,119 @@
+"""`QueueConfirmationProvider`: wait for an answer that another channel records in the store.
+
+The process that holds the tool asks; a human answers somewhere else — the web page,
+``sandbox approvals approve ID``, another program calling `ApprovalStore.submit_answer`
+— in this process or any other sharing the store file. The provider polls the store
+for every request it is waiting on with one query per interval, however many calls
+wait in parallel, so a thousand pending approvals cost one query, not a thousand.
+
+A request that expires while waiting ends the wait as a timeout: the runner records it
+as timed out, never as denied or approved.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from ..errors import ConfigurationError, ConfirmationStateError
+from .models import ConfirmationRequest, Decision
+from .providers import OnTimeout, _check_timeout, parse_answer
+from .store import ApprovalStore
+
+
+class _Closed:
+    """A waited-on request that was closed without an answer for us (expired, say)."""
+
+    def __init__(self, status: str) -> None:
+        self.status = status
+
+
+class QueueConfirmationProvider:
+    """Answers each request with the decision a human records in the store.
+
+    ``store`` is an `ApprovalStore` or the path of its file (the provider then opens its
+    own connection). ``poll_interval`` bounds how late an answer is noticed. With
+    ``on_timeout="pending"`` a wait that runs out leaves the request in the store, to be
+    applied later with `ToolRunner.resume` or `ToolRunner.apply_answers`.
+    """
+
+    def __init__(
+        self,
+        store: ApprovalStore | str | os.PathLike[str],
+        *,
+        poll_interval: float = 0.1,
+        timeout: float | None = 600.0,
+        on_timeout: OnTimeout = "deny",
+        name: str = "queue",
+    ) -> None:
+        _check_timeout(timeout, on_timeout)
+        if not 0 < poll_interval <= 60:
+            raise ConfigurationError(
+                f"poll_interval must be between 0 and 60 seconds, got {poll_interval!r}"
+            )
+        self.store = store if isinstance(store, ApprovalStore) else ApprovalStore(store)
+        self.poll_interval = poll_interval
+        self.timeout = timeout
+        self.on_timeout: OnTimeout = on_timeout
+        self.name = name
+        self._waiting: dict[str, ConfirmationRequest] = {}
+        self._results: dict[str, dict[str, Any] | _Closed] = {}
+        self._poll_lock = anyio.Lock()
+        self._next_poll = 0.0
+
+    async def confirm(self, request: ConfirmationRequest) -> Decision:
+        self._waiting[request.id] = request
+        try:
+            result = await self._wait(request.id)
+        finally:
+            self._waiting.pop(request.id, None)
+            self._results.pop(request.id, None)
+        if isinstance(result, _Closed):
+            if result.status == "timed_out":
+                raise TimeoutError(f"confirmation {request.id} expired before an answer")
+            raise ConfirmationStateError(
+                f"confirmation {request.id} was closed ({result.status}) while waiting"
+            )
+        return parse_answer(result, channel=self.name)
+
+    async def _wait(self, request_id: str) -> dict[str, Any] | _Closed:
+        while True:
+            if request_id in self._results:
+                return self._results[request_id]
+            # One waiter polls for all; the others find their answer when it is done.
+            async with self._poll_lock:
+                if request_id in self._results:
+                    continue
+                delay = self._next_poll - time.monotonic()
+                if delay > 0:
+                    await anyio.sleep(delay)
+                await self._poll()
+                self._next_poll = time.monotonic() + self.poll_interval
+
+    async def _poll(self) -> None:
+        ids = list(self._waiting)
+        if not ids:
+            return
+        if self.store.path is None:
+            states = self.store.answer_states(ids)
+        else:
+            states = await anyio.to_thread.run_sync(self.store.answer_states, ids)
+        now = time.time()
+        for rid in ids:
+            status, answer = states.get(rid, ("missing", None))
+            req = self._waiting.get(rid)
+            if answer is not None:
+                self._results[rid] = answer
+            elif status != "pending":
+                self._results[rid] = _Closed(status)
+            elif req is not None and req.expires_at is not None and (
+                now > req.expires_at.timestamp()
+            ):
+                self._results[rid] = _Closed("timed_out")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(store={self.store.path or ':memory:'}, name={self.name!r})"
