@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sandbox import ApprovalStore, FunctionTool, ToolRunner
+from sandbox import ApprovalStore, AutoApprove, DuplicateCallError, FunctionTool, ToolRunner
 
 from .conftest import Processes, SideEffect
 
@@ -117,3 +117,37 @@ async def test_a_call_still_running_in_a_live_process_is_not_in_doubt(
     assert await runner.in_doubt() == []
     assert again["status"] == "running"
     assert len(effect.lines) == 1
+
+
+def append_tool(effect: SideEffect) -> FunctionTool:
+    def append(text: str) -> dict[str, Any]:
+        effect.append(text)
+        return {"written": text}
+
+    return FunctionTool(append, require_confirmation=True)
+
+
+async def test_a_call_whose_process_died_before_it_started_runs_when_made_again(
+    effect: SideEffect, tmp_path: Path, processes: Processes
+) -> None:
+    db = str(tmp_path / "a.db")
+    processes.run("gate_process.py", db, str(effect.path), "open", "c1", "a")
+
+    runner = ToolRunner([append_tool(effect)], store_path=db, provider=AutoApprove())
+    result = await runner.call("append", {"text": "a"}, call_id="c1")
+
+    assert result == {"written": "a"}
+    assert effect.lines == ["a"]
+    assert await runner.in_doubt() == []
+
+
+async def test_a_call_whose_process_died_before_it_started_keeps_its_arguments(
+    effect: SideEffect, tmp_path: Path, processes: Processes
+) -> None:
+    db = str(tmp_path / "a.db")
+    processes.run("gate_process.py", db, str(effect.path), "open", "c1", "a")
+
+    runner = ToolRunner([append_tool(effect)], store_path=db, provider=AutoApprove())
+    with pytest.raises(DuplicateCallError):
+        await runner.call("append", {"text": "other"}, call_id="c1")
+    assert not effect.happened

@@ -285,8 +285,11 @@ class ApprovalStore:
                 return None
             existing = self._get_call(call_id)
             assert existing is not None
-            if existing.state in ("new", "editing") and _Owner.alive(existing.owner) is False:
-                # Never ran: its process died before starting it. Start over.
+            never_started = existing.state == "abandoned" or (
+                existing.state in ("new", "editing") and _Owner.alive(existing.owner) is False)
+            if never_started and (existing.tool, existing.digest) == (tool, digest):
+                # Never ran: its process died before starting it. Start over (the gate
+                # asks again). Other arguments under this id stay a duplicate call.
                 self._db.execute(
                     "UPDATE calls SET state='new', owner=?, updated=? WHERE call_id=?",
                     (owner, now, call_id),

@@ -2,6 +2,7 @@
 
 usage: gate_process.py STORE EFFECT ACTION [ARG...]
 
+  open CALL_ID TEXT         record call `append` in the store and exit before it runs
   defer CALL_ID TEXT        call `append` (needs confirmation, no provider); print the result
   pending                   print the pending requests
   resume CONF_ID [GO_FILE]  print "ready", wait until GO_FILE exists, then approve; print
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sandbox import ApprovalStore, FunctionTool, ToolConfirmation, ToolRunner
+from sandbox import ApprovalStore, FunctionTool, ToolConfirmation, ToolRunner, args_digest
 
 
 def main(store_path: str, effect: str, action: str, *rest: str) -> None:
@@ -39,6 +40,12 @@ def main(store_path: str, effect: str, action: str, *rest: str) -> None:
         return {"written": text}
 
     tools = [FunctionTool(append, require_confirmation=True), FunctionTool(slow_append)]
+    if action == "open":  # record a call, then exit before it gets anywhere
+        with ApprovalStore(store_path) as store:
+            store.open_call(rest[0], "append", args_digest("append", {"text": rest[1]}),
+                            {"text": rest[1]})
+        print(json.dumps("ok"))
+        return
     if action == "submit":
         with ApprovalStore(store_path) as store:
             store.submit_answer(rest[0], {"outcome": "approve"}, decided_by="bob",
