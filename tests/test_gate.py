@@ -389,6 +389,44 @@ async def test_edited_arguments_that_still_need_confirmation_are_asked_again(
     assert effect.lines == ["rm -rf ./build"]
 
 
+async def test_edited_arguments_pass_the_tools_refusal_check_again(effect: SideEffect) -> None:
+    class Writer(BaseTool):
+        async def precheck(self, args: dict[str, Any]) -> dict[str, Any] | None:
+            return {"error": "outside workspace"} if args["path"].startswith("/") else None
+
+        async def confirmation_needed(self, args: dict[str, Any]) -> str | None:
+            return "write?"
+
+        async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
+            effect.append(args["path"])
+
+    runner = ToolRunner([Writer(name="write", description="")],
+                        provider=CallbackConfirmationProvider(
+                            lambda req: Decision.edit({"path": "/etc/passwd"})))
+
+    result = await runner.call("write", {"path": "notes.txt"})
+
+    assert result == {"status": "blocked", "error": "outside workspace"}
+    assert not effect.happened
+
+
+async def test_edited_arguments_whose_predicate_raises_fail_closed(effect: SideEffect) -> None:
+    def risky(text: str) -> bool:
+        if text == "edited":
+            raise RuntimeError("policy service down")
+        return True
+
+    runner = ToolRunner([append_tool(effect, require_confirmation=risky)],
+                        provider=CallbackConfirmationProvider(
+                            lambda req: Decision.edit({"text": "edited"})))
+
+    result = await runner.call("append", {"text": "a"}, call_id="c1")
+
+    assert result["status"] == "error" and "policy service down" in result["error"]
+    assert not effect.happened
+    assert runner.store.get_call("c1").state == "error"
+
+
 async def test_edited_arguments_that_are_then_denied_never_run(effect: SideEffect) -> None:
     answer = Recorder(Decision.edit({"text": "rm b"}), Decision.deny("still no"))
     runner = ToolRunner([append_tool(effect)], provider=CallbackConfirmationProvider(answer))

@@ -228,8 +228,14 @@ class ToolRunner:
 
     # -- the gate --------------------------------------------------------------------
 
-    async def _gate(self, tool: BaseTool, call_id: str, args: dict[str, Any], digest: str,
-                    *, round_: int) -> dict[str, Any]:
+    async def _policy(self, tool: BaseTool, call_id: str, args: dict[str, Any],
+                      digest: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The tool's refusal check, then its confirmation predicate, for these arguments.
+
+        Returns ``(result, None)`` when the call ended here (blocked, or a check that
+        raised: fail closed), else ``(None, hint)`` with the hint None when no human is
+        needed.
+        """
         try:
             blocked = await tool.precheck(args)
         except Exception as exc:  # a broken check must not let the call through
@@ -237,18 +243,24 @@ class ToolRunner:
                 "status": "error",
                 "error": f"{tool.name}: checking the call failed ({type(exc).__name__}: {exc});"
                          " the tool was not run",
-            }, event="tool.failed")
+            }, event="tool.failed"), None
         if blocked is not None:
             return await self._end(tool, call_id, digest, "blocked",
-                                   {"status": "blocked", **blocked}, event="tool.blocked")
+                                   {"status": "blocked", **blocked}, event="tool.blocked"), None
         try:
-            hint = await tool.confirmation_needed(args)
+            return None, await tool.confirmation_needed(args)
         except Exception as exc:
             return await self._end(tool, call_id, digest, "error", {
                 "status": "error",
                 "error": f"{tool.name}: require_confirmation failed ({type(exc).__name__}: "
                          f"{exc}); the tool was not run",
-            }, event="tool.failed")
+            }, event="tool.failed"), None
+
+    async def _gate(self, tool: BaseTool, call_id: str, args: dict[str, Any], digest: str,
+                    *, round_: int) -> dict[str, Any]:
+        ended, hint = await self._policy(tool, call_id, args, digest)
+        if ended is not None:
+            return ended
         if hint is not None:
             kind = "predicate" if callable(getattr(tool, "require_confirmation", None)) else "static"
             return await self._ask(tool, call_id, args, digest, hint=hint, payload=None,
@@ -395,11 +407,9 @@ class ToolRunner:
                                                "The tool was not run."}, event="tool.rejected")
         # Edited arguments are a new call as far as policy goes: they pass the tool's own
         # refusal check and its confirmation predicate again before anything runs.
-        blocked = await tool.precheck(new_args)
-        if blocked is not None:
-            return await self._end(tool, call_id, new_digest, "blocked",
-                                   {"status": "blocked", **blocked}, event="tool.blocked")
-        hint = await tool.confirmation_needed(new_args)
+        ended, hint = await self._policy(tool, call_id, new_args, new_digest)
+        if ended is not None:
+            return ended
         if hint is not None:
             return await self._ask(tool, call_id, new_args, new_digest, hint=hint,
                                    payload=req.payload, kind="edit", round_=round_ + 1,
