@@ -10,7 +10,6 @@ again, with `tool_context.tool_confirmation` set, once the answer is an approval
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -320,14 +319,20 @@ class ToolRunner:
                        req: ConfirmationRequest) -> Decision | _Failure:
         timeout = provider.timeout
         try:
-            with anyio.fail_after(timeout) if timeout else contextlib.nullcontext():
+            # move_on_after, not fail_after: only our own deadline is a timeout. A
+            # TimeoutError the provider raises itself (its HTTP client, say) is a failure.
+            with anyio.move_on_after(timeout or None) as scope:
                 answer = await provider.confirm(req)
-            return to_decision(answer, channel=provider.name)
-        except TimeoutError:
+        except Exception as exc:
+            return _Failure("error", f"confirmation provider {provider.name} failed: "
+                                     f"{type(exc).__name__}: {exc}")
+        if scope.cancelled_caught:
             if provider.on_timeout == "pending":
                 return _Failure("pending", f"no answer from {provider.name} within {timeout:g}s;"
                                 " the request stays pending")
             return _Failure("timeout", f"no answer from {provider.name} within {timeout:g}s")
+        try:
+            return to_decision(answer, channel=provider.name)
         except Exception as exc:
             return _Failure("error", f"confirmation provider {provider.name} failed: "
                                      f"{type(exc).__name__}: {exc}")
