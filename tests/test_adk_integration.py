@@ -211,6 +211,20 @@ async def test_plugin_leaves_calls_without_confirmation_to_adk(log: Path) -> Non
     assert answers.asked == []
 
 
+async def test_parallel_calls_are_decided_one_by_one(log: Path) -> None:
+    provider = CallbackConfirmationProvider(
+        lambda request: Decision.approve() if request.args["target"] == "cache"
+        else Decision.deny("not prod"))
+    h = Harness([AdkFunctionTool(make_wipe(log), require_confirmation=True)],
+                [ApprovalPlugin(provider)],
+                [[call("wipe", "c1", target="cache"), call("wipe", "c2", target="prod")]])
+    await h.ask()
+    assert lines(log) == ["wiped cache"]
+    seen = h.model.responses_seen()
+    assert seen["c1"] == {"wiped": "cache"}
+    assert seen["c2"]["status"] == "denied"
+
+
 async def test_same_call_id_sent_again_by_the_model_does_not_run_twice(log: Path) -> None:
     h = Harness([AdkFunctionTool(make_wipe(log), require_confirmation=True)],
                 [ApprovalPlugin(AutoApprove())],

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -265,7 +266,9 @@ class ApprovalPlugin(BasePlugin):
         self.audit = audit if audit is not None else AuditLog(audit_path)
         self.approval_ttl = approval_ttl
         self._runners: dict[str, ToolRunner] = {}
-        self._answered: set[str] = set()
+        # Contexts of the calls answered in before_tool_callback, so after_tool_callback
+        # leaves them alone (weak: a context ADK drops is forgotten with it).
+        self._answered: weakref.WeakSet[AdkToolContext] = weakref.WeakSet()
         if provider is not None and not isinstance(provider, ConfirmationProvider):
             raise ConfigurationError(
                 f"{type(provider).__name__} is not a ConfirmationProvider: it needs "
@@ -295,7 +298,7 @@ class ApprovalPlugin(BasePlugin):
             runner = self._runner(tool.name)
         except ValueError as exc:
             return _refused(str(exc))
-        self._answered.add(call_id)
+        self._answered.add(tool_context)
         token = _CURRENT.set(call)
         try:
             if answer is not None:
@@ -310,10 +313,10 @@ class ApprovalPlugin(BasePlugin):
         self, *, tool: AdkBaseTool, tool_args: dict[str, Any], tool_context: AdkToolContext,
         result: dict[str, Any],
     ) -> dict[str, Any] | None:
-        call_id = tool_context.function_call_id
-        if call_id and call_id in self._answered:
-            self._answered.discard(call_id)
+        if tool_context in self._answered:
+            self._answered.discard(tool_context)
             return None
+        call_id = tool_context.function_call_id
         if isinstance(tool, GatedAdkTool) or not call_id:
             return None
         asked = tool_context.actions.requested_tool_confirmations.pop(call_id, None)
