@@ -34,9 +34,11 @@ from ..errors import ConfigurationError
 from .display import (
     BOLD,
     RESET,
+    REVERSE,
     command_of,
     count_controls,
     highlight_bash,
+    json_pieces,
     rule_subjects_of,
     terminal_text,
     visible_details,
@@ -324,9 +326,9 @@ class ConsoleConfirmationProvider:
                 lines.append(f"  {b}args{r}     " + terminal_text(
                     json.dumps(rest, sort_keys=True, ensure_ascii=False), colour=colour))
         else:
-            text = json.dumps(request.args, indent=2, sort_keys=True, ensure_ascii=False)
-            lines.append(f"  {b}args{r}     " + terminal_text(text, colour=colour)
-                         .replace("\n", "\n           "))
+            text = "".join(f"{REVERSE}{p.text}{RESET}" if p.escaped and colour else p.text
+                           for p in json_pieces(request.args))
+            lines.append(f"  {b}args{r}     " + text.replace("\n", "\n           "))
         subjects = rule_subjects_of(request)
         if subjects and (len(subjects) > 1 or command is None):
             lines.append(f"  {b}parsed{r}   " + " ; ".join(_words_text(a, colour)

@@ -93,10 +93,18 @@ def render_args(args: dict[str, Any]) -> str:
     command = command_of(args)
     if command is not None and set(args) == {"command"}:
         return escape_text(command)
-    # ensure_ascii=False keeps readable text readable; escape_text then escapes controls
-    # (json.dumps already escapes C0 controls, but not C1, bidi or zero-width ones).
-    return escape_text(json.dumps(args, indent=2, sort_keys=True, ensure_ascii=False,
-                                  default=repr))
+    return "".join(p.text for p in json_pieces(args))
+
+
+def json_pieces(args: dict[str, Any]) -> Iterator[Piece]:
+    """Pretty JSON of `args`, escaped. Its line breaks are layout (json.dumps writes a
+    newline inside a string as ``\\n``), so they stay line breaks; everything else that
+    json.dumps leaves raw (C1 controls, bidi, zero-width characters) is escaped."""
+    text = json.dumps(args, indent=2, sort_keys=True, ensure_ascii=False, default=repr)
+    for number, line in enumerate(text.split("\n")):
+        if number:
+            yield Piece("\n", False)
+        yield from escape_pieces(line)
 
 
 def rule_subjects_of(request: ConfirmationRequest) -> list[list[str]] | None:
