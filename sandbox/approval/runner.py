@@ -451,6 +451,8 @@ class ToolRunner:
                             digest=req.digest, confirmation_id=req.id, reason=str(exc))
             return {"status": "rejected", "error": f"{exc}. Nothing was run.",
                     "call_id": req.call_id}
+        if not self.audit.enabled:  # what was shown is rendered only for a trail
+            return None
         edited = decision.args if decision is not None and decision.args is not None else None
         # A wait that ran out is its own step in the trail, never mistaken for a decision.
         event = "tool.timed_out" if status == "timed_out" else "tool.decided"
