@@ -1,0 +1,968 @@
+"""`BashToolPolicy`: what an agent may run, decided on the bash parse tree.
+
+``policy.check(command)`` parses the command with tree-sitter-bash
+(`sandbox.bash.parse`) and applies the rules of POLICY.md in this order, so the
+first reason given is the most useful one:
+
+- R8 control characters outside quotes, R6 anything that cannot be parsed
+  safely (syntax errors, NUL, too long, too deep, constructs tree-sitter reads
+  differently from bash);
+- R1 blocked operators, only where bash treats them as syntax;
+- R5 function definitions; then for each simple command in source order R4
+  (plain command word), R5 (assignments, wrappers), R2/R3 (prefix match on
+  whole words); R2 for commands hidden in arithmetic or expansions;
+- R7 the hardening table, then assignments of dangerous variables and
+  redirections to ``/dev/tcp``.
+
+``allowed_command_prefixes=("*",)`` (the default, as in ADK) allows every
+program, wrappers, paths, assignments and functions included: R2-R5 exist to
+keep a command inside an allowlist, and ``*`` has none. R1, R6, R7 and R8 still
+apply. Under ``*`` R7 is a guard against accidents and injected one-liners, not
+a boundary (``sh -c '…'`` is allowed); use prefixes for a boundary.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from ..errors import ConfigurationError, PolicyFileError
+from .hardening import ANALYZERS, DEFAULT_HARDENING, PROGRAM_SYNTAX, HardeningRule, ProgramSyntax
+from .parse import (
+    ParsedScript,
+    SimpleCommand,
+    Word,
+    escape_controls,
+    parse,
+    parse_prefix,
+    scan_word,
+)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+__all__ = ["DEFAULT_ENV", "WRAPPERS", "BashToolPolicy", "PolicyDecision"]
+
+DEFAULT_ENV: Mapping[str, str] = MappingProxyType(
+    {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+)
+
+# R5: programs and builtins that run their arguments as a command, or change
+# what a later name runs. Blocked unless a prefix names them.
+_RUNS_ARGUMENTS = frozenset({
+    "env", "command", "builtin", "exec", "eval", "xargs", "nice", "timeout", "sudo",
+    "doas", "su", "runuser", "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish",
+    "csh", "tcsh", "busybox", "time", "coproc", "source", ".", "nohup", "setsid",
+    "stdbuf", "chroot", "unshare", "nsenter", "flock", "watch", "parallel",
+    "strace", "ltrace", "ionice", "taskset", "chrt", "prlimit", "systemd-run",
+    "script", "fakeroot", "trap", "fc", "sg", "newgrp", "pkexec", "firejail",
+    "bwrap", "cgexec", "dbus-run-session", "xvfb-run", "catchsegv", "valgrind",
+})  # fmt: skip
+_CHANGES_NAMES = frozenset({"alias", "unalias", "enable", "hash", "complete", "compgen",
+                            "shopt", "set", "bind"})  # fmt: skip
+_ASSIGNS = frozenset({"read", "mapfile", "readarray", "let", "declare", "typeset", "export",
+                      "local", "readonly", "unset", "getopts"})  # fmt: skip
+WRAPPERS: frozenset[str] = _RUNS_ARGUMENTS | _CHANGES_NAMES | _ASSIGNS
+
+_RULE_TITLES = {
+    "R1": "blocked operator",
+    "R2": "command not allowed",
+    "R3": "prefix must match whole words",
+    "R4": "command word must be a plain name",
+    "R5": "no smuggling",
+    "R6": "cannot be parsed safely",
+    "R7": "hardening",
+    "R8": "control character",
+}
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_ASSIGNMENT_ARG = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\+?=")
+_MAX_COMMAND_BYTES = 131071  # Linux MAX_ARG_STRLEN minus the NUL: bash -c fails past it
+_OPERATOR_CHARS = frozenset(";&|<>()$`{}[]!\n-0123456789")
+_WRITE_REDIRECTS = frozenset({">", ">>", "&>", "&>>", ">|"})
+_SIZE = re.compile(r"\s*(\d+)\s*([kKmMgGtT]i?[bB]?|[bB])?\s*\Z")
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "ki": 1024, "m": 1000**2, "mi": 1024**2,
+               "g": 1000**3, "gi": 1024**3, "t": 1000**4, "ti": 1024**4}  # fmt: skip
+
+
+def _shown(text: str, limit: int = 120) -> str:
+    text = escape_controls(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _q(text: str, limit: int = 120) -> str:
+    """``text`` quoted for a reason: repr escapes every non-printable character."""
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+class PolicyDecision(BaseModel):
+    """What `BashToolPolicy.check` decided, and why.
+
+    ``reason`` is written for both the model and a human: the rule, the simple
+    command and token at fault, and what would be allowed instead. Every control
+    character in ``reason``, ``command`` and ``token`` is escaped. ``commands``
+    holds the argv of every simple command found (unescaped; for matching
+    remembered decisions). Truthiness is ``allowed``, so ``if policy.check(c):``
+    does what it reads as.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    allowed: bool
+    reason: str
+    rule: str | None = None
+    command: str | None = None
+    token: str | None = None
+    commands: tuple[tuple[str, ...], ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+@dataclass(frozen=True)
+class _Blocked:
+    rule: str | None
+    detail: str
+    command: str | None = None
+    token: str | None = None
+
+
+@dataclass(frozen=True)
+class _Prefixes:
+    """Prefix entries split into words once, indexed by their first word."""
+
+    wildcard: bool
+    by_first: Mapping[str, tuple[tuple[str, ...], ...]]
+    entries: tuple[tuple[str, ...], ...]
+
+    @classmethod
+    def build(cls, name: str, entries: Sequence[str]) -> _Prefixes:
+        parsed: list[tuple[str, ...]] = []
+        wildcard = False
+        for entry in entries:
+            if entry.strip() == "*":
+                wildcard = True
+                continue
+            try:
+                parsed.append(parse_prefix(entry))
+            except ValueError as exc:
+                raise ConfigurationError(
+                    f"{name} entry {entry!r} is invalid: {exc}. Write the command as "
+                    "plain words, e.g. 'git status' or 'python3 -c', or '*' for any command."
+                ) from None
+        index: dict[str, list[tuple[str, ...]]] = {}
+        for words in parsed:
+            index.setdefault(words[0], []).append(words)
+        return cls(
+            wildcard,
+            MappingProxyType({k: tuple(v) for k, v in index.items()}),
+            tuple(parsed),
+        )
+
+    def match(self, words: Sequence[str | None]) -> tuple[str, ...] | None:
+        if not words or words[0] is None:
+            return None
+        for prefix in self.by_first.get(words[0], ()):
+            if len(prefix) <= len(words) and all(
+                words[i] == prefix[i] for i in range(1, len(prefix))
+            ):
+                return prefix
+        return None
+
+    def near_miss(self, words: Sequence[str | None]) -> tuple[tuple[str, ...], str] | None:
+        """A prefix that the command would match but for a word boundary
+        (``ls`` against ``lsblk``), with the command word that runs past it."""
+        for prefix in self.entries:
+            for i, want in enumerate(prefix):
+                got = words[i] if i < len(words) else None
+                if got == want:
+                    continue
+                if got is not None and got.startswith(want):
+                    return prefix, got
+                break
+        return None
+
+
+def _program_name(word: Word) -> str | None:
+    value = word.value
+    if value is None:
+        return None
+    return value.rsplit("/", 1)[-1] if "/" in value else value
+
+
+# -- R7 matching -----------------------------------------------------------------
+
+
+def _option_matches(option: str, word: Word, syntax: ProgramSyntax) -> bool:
+    """Whether ``word`` is, or (when bash expands it) could be, ``option`` as the
+    program's option parser would read it."""
+    value = word.value
+    text = word.prefix if value is None else value
+    if value is None and text == "":
+        return True
+    if not text.startswith("-"):
+        return False
+    if option.startswith("--"):
+        if not text.startswith("--"):
+            return value is None and text == "-"
+        name = text[2:]
+        wanted = option[2:]
+        if "=" in name:
+            name = name.split("=", 1)[0]
+            return name == wanted or (bool(name) and wanted.startswith(name))
+        if value is None:
+            return wanted.startswith(name) or name.startswith(wanted)
+        # git, argparse and getopt_long accept any unambiguous abbreviation.
+        return bool(name) and wanted.startswith(name)
+    if len(option) == 2:
+        if text.startswith("--"):
+            return False
+        wanted_char = option[1]
+        for ch in text[1:]:
+            if ch == wanted_char:
+                return True
+            if ch in syntax.value_short or not ch.isalnum():
+                return False
+        return value is None
+    if value is None:
+        return option.startswith(text) or text.startswith(option)
+    return value == option or value.startswith(option + "=")
+
+
+@dataclass(frozen=True)
+class _Subcommand:
+    index: int  # first word after the global options (len(args) if none)
+    candidates: tuple[int, ...]
+    unknown: bool  # an expansion where the subcommand could be
+
+
+def _locate_subcommand(args: Sequence[Word], syntax: ProgramSyntax) -> _Subcommand:
+    candidates: list[int] = []
+    i = 0
+    while i < len(args):
+        value = args[i].value
+        if value is None:
+            return _Subcommand(i, tuple(candidates), True)
+        if value.startswith("-") and value != "-":
+            if value in syntax.value_options:
+                i += 2
+                continue
+            nxt = args[i + 1].value if i + 1 < len(args) else ""
+            if (
+                not syntax.complete
+                and "=" not in value
+                and nxt is not None
+                and nxt[:1] not in ("-", "")
+            ):
+                # The option may take the next word as its value, or not: that
+                # word may be the subcommand, and so may the one after it.
+                candidates.append(i + 1)
+                i += 2
+                continue
+            i += 1
+            continue
+        candidates.append(i)
+        return _Subcommand(i, tuple(candidates), False)
+    return _Subcommand(len(args), tuple(candidates), False)
+
+
+@dataclass(frozen=True)
+class _Hit:
+    token: str  # the argv word at fault
+    label: str  # "git ls-remote --upload-pack"
+    why: str
+
+
+def _rule_fires(rule: HardeningRule, words: Sequence[Word]) -> _Hit | None:
+    """Whether ``rule`` applies to ``words`` (program first), and where."""
+    syntax = PROGRAM_SYNTAX.get(rule.program or "", ProgramSyntax())
+    args = list(words[1:])
+    if syntax.bundle_first_arg and args:
+        first = args[0]
+        if first.value is not None and first.value and not first.value.startswith("-"):
+            args[0] = Word(first.text, "-" + first.value, "-" + first.value, False)
+    if rule.unless_any and any(w.value in rule.unless_any for w in args):
+        return None
+    located = _locate_subcommand(args, syntax)
+    program = rule.program or ""
+    label = program
+    if rule.subcommands:
+        sub = _matching_subcommand(rule.subcommands, args, located)
+        if sub is None:
+            return None
+        label = f"{program} {sub}"
+        if rule.option is None and rule.pattern is None and rule.analyzer is None:
+            return _Hit(sub, label, rule.why)
+    scope = args
+    if rule.before_subcommand:
+        scope = args[: located.index + (1 if located.unknown else 0)]
+    if rule.option is not None:
+        for w in scope:
+            if _option_matches(rule.option, w, syntax):
+                return _Hit(w.text, f"{label} {rule.option}", rule.why)
+    if rule.pattern is not None:
+        for w in scope:
+            if w.value is None or rule.search(w.value):
+                return _Hit(w.text, f"{label} /{rule.pattern}/", rule.why)
+    if rule.analyzer is not None:
+        danger = ANALYZERS[rule.analyzer](args)
+        if danger:
+            return _Hit(program, f"{label} <{rule.analyzer}>", danger)
+    if rule.option is None and rule.pattern is None and rule.analyzer is None:
+        return _Hit(words[0].text, label, rule.why)
+    return None
+
+
+def _matching_subcommand(
+    subcommands: Sequence[str], args: Sequence[Word], located: _Subcommand
+) -> str | None:
+    """The first of ``subcommands`` (``"bisect run"``: later words anywhere after
+    the first) that ``args`` may invoke; an expansion where the subcommand could
+    be matches every one."""
+    for sub in subcommands:
+        head, *tail = sub.split()
+        for idx in located.candidates:
+            if args[idx].value == head and all(
+                any(w.value == t for w in args[idx + 1 :]) for t in tail
+            ):
+                return sub
+    if located.unknown:
+        return subcommands[0] if subcommands else None
+    return None
+
+
+# -- the policy -------------------------------------------------------------------
+
+
+def _tuple_of_str(name: str, value: object, example: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise ConfigurationError(
+            f"{name}={value!r} is invalid: it must be a tuple of strings, not one string. "
+            f"Write {name}=({value!r},)."
+        )
+    if not isinstance(value, Iterable):
+        raise ConfigurationError(
+            f"{name}={value!r} is invalid: it must be a tuple of strings, e.g. {example}."
+        )
+    items = tuple(value)
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise ConfigurationError(
+                f"{name} entry {item!r} is invalid: entries must be non-empty strings, "
+                f"e.g. {example}."
+            )
+    return items
+
+
+def _limit(name: str, value: object, *, optional: bool, maximum: int | None = None) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        none = " or None for no limit" if optional else ""
+        raise ConfigurationError(
+            f"{name}={value!r} is invalid: it must be a positive integer (bytes or a count){none}."
+        )
+    if maximum is not None and value > maximum:
+        raise ConfigurationError(f"{name}={value!r} is invalid: it must be at most {maximum}.")
+
+
+@dataclass(frozen=True)
+class BashToolPolicy:
+    """Which bash commands an agent may run, and the limits they run under.
+
+    Constructed exactly like ADK's: ``BashToolPolicy(allowed_command_prefixes=
+    ("git status", "ls"), blocked_operators=(";", "|"), timeout_seconds=30,
+    max_memory_bytes=None, max_file_size_bytes=None, max_child_processes=None)``.
+
+    ``allowed_command_prefixes`` match whole words of every simple command after
+    quote removal (``ls`` allows ``ls -la``, not ``lsblk`` nor ``/bin/ls``);
+    ``("*",)`` allows any program. ``blocked_operators`` are matched only where
+    bash reads them as syntax; an entry blocks every operator spelled with it
+    (``>`` blocks ``>>`` and ``2>&1``, ``<`` blocks here-documents), a newline
+    is ``;`` and a backtick is ``$(``.
+
+    The remaining fields are this library's: output and input bounds, the child's
+    environment (nothing is inherited unless named in ``inherit_env``), whether to
+    drop root privileges (None: when running as root), the commands that need no
+    human confirmation, and the R7 hardening table.
+    """
+
+    allowed_command_prefixes: tuple[str, ...] = ("*",)
+    blocked_operators: tuple[str, ...] = ()
+    timeout_seconds: float | None = 30
+    max_memory_bytes: int | None = None
+    max_file_size_bytes: int | None = None
+    max_child_processes: int | None = None
+    max_output_bytes: int = 1 << 20
+    max_command_bytes: int = 64 << 10
+    max_parse_depth: int = 100
+    env: Mapping[str, str] = field(default_factory=lambda: DEFAULT_ENV)
+    inherit_env: tuple[str, ...] = ()
+    drop_privileges: bool | None = None
+    no_confirmation_prefixes: tuple[str, ...] = ()
+    hardening: tuple[HardeningRule, ...] = DEFAULT_HARDENING
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        allowed = _tuple_of_str(
+            "allowed_command_prefixes", self.allowed_command_prefixes, "('git status', 'ls')"
+        )
+        set_(self, "allowed_command_prefixes", allowed)
+        blocked = _tuple_of_str("blocked_operators", self.blocked_operators, "(';', '|', '$(')")
+        for op in blocked:
+            if not set(op) <= _OPERATOR_CHARS:
+                raise ConfigurationError(
+                    f"blocked_operators entry {op!r} is invalid: it is not bash operator "
+                    "syntax. List operators such as ';', '&&', '||', '|', '&', '>', '<', "
+                    "'$(', '`', '<(' ; to forbid a program, leave it out of "
+                    "allowed_command_prefixes."
+                )
+        set_(self, "blocked_operators", blocked)
+        timeout = self.timeout_seconds
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            raise ConfigurationError(
+                f"timeout_seconds={timeout!r} is invalid: it must be a positive number of "
+                "seconds, or None for no timeout."
+            )
+        for name in ("max_memory_bytes", "max_file_size_bytes", "max_child_processes"):
+            _limit(name, getattr(self, name), optional=True)
+        _limit("max_output_bytes", self.max_output_bytes, optional=False)
+        _limit(
+            "max_command_bytes", self.max_command_bytes, optional=False, maximum=_MAX_COMMAND_BYTES
+        )
+        _limit("max_parse_depth", self.max_parse_depth, optional=False, maximum=10000)
+        if not isinstance(self.env, Mapping):
+            raise ConfigurationError(
+                f"env={self.env!r} is invalid: it must be a mapping of variable names to "
+                "strings, e.g. {'PATH': '/usr/bin:/bin'}."
+            )
+        for key, val in self.env.items():
+            if not isinstance(key, str) or not _NAME.match(key):
+                raise ConfigurationError(
+                    f"env key {key!r} is invalid: names are letters, digits and '_' and do "
+                    "not start with a digit."
+                )
+            if not isinstance(val, str) or "\x00" in val:
+                raise ConfigurationError(
+                    f"env[{key!r}]={val!r} is invalid: values must be strings without NUL."
+                )
+        set_(self, "env", MappingProxyType(dict(self.env)))
+        inherit = _tuple_of_str("inherit_env", self.inherit_env, "('TERM', 'TZ')")
+        for name in inherit:
+            if not _NAME.match(name):
+                raise ConfigurationError(
+                    f"inherit_env entry {name!r} is invalid: it must be a variable name "
+                    "such as 'TERM'."
+                )
+        set_(self, "inherit_env", inherit)
+        if self.drop_privileges is not None and not isinstance(self.drop_privileges, bool):
+            raise ConfigurationError(
+                f"drop_privileges={self.drop_privileges!r} is invalid: use True, False, or "
+                "None (drop them when running as root)."
+            )
+        no_confirm = _tuple_of_str(
+            "no_confirmation_prefixes", self.no_confirmation_prefixes, "('git status', 'ls')"
+        )
+        set_(self, "no_confirmation_prefixes", no_confirm)
+        if isinstance(self.hardening, HardeningRule) or not isinstance(self.hardening, Iterable):
+            raise ConfigurationError(
+                f"hardening={self.hardening!r} is invalid: it must be a tuple of "
+                "HardeningRule, e.g. DEFAULT_HARDENING + (HardeningRule(...),)."
+            )
+        rules = tuple(self.hardening)
+        for rule in rules:
+            if not isinstance(rule, HardeningRule):
+                raise ConfigurationError(
+                    f"hardening entry {rule!r} is invalid: entries must be HardeningRule."
+                )
+        set_(self, "hardening", rules)
+        by_program: dict[str, list[HardeningRule]] = {}
+        for rule in rules:
+            if rule.program is not None:
+                by_program.setdefault(rule.program, []).append(rule)
+        set_(self, "_allowed", _Prefixes.build("allowed_command_prefixes", allowed))
+        set_(self, "_no_confirm", _Prefixes.build("no_confirmation_prefixes", no_confirm))
+        set_(self, "_by_program", {k: tuple(v) for k, v in by_program.items()})
+        set_(self, "_env_rules", tuple(r for r in rules if r.env is not None))
+
+    def __hash__(self) -> int:
+        values = [getattr(self, f.name) for f in fields(self)]
+        values[[f.name for f in fields(self)].index("env")] = tuple(sorted(self.env.items()))
+        return hash(tuple(values))
+
+    # -- deciding ------------------------------------------------------------------
+
+    def check(self, command: str) -> PolicyDecision:
+        """Decide whether ``command`` may run. Never raises; see the module docstring
+        for the order in which rules apply."""
+        try:
+            return self._decide(command)[0]
+        except Exception as exc:  # fail closed on a bug, never crash the agent
+            return PolicyDecision(
+                allowed=False,
+                rule="R6",
+                reason=f"blocked by R6 (cannot be parsed safely): internal error "
+                f"{type(exc).__name__}: {_shown(str(exc))}",
+            )
+
+    def needs_confirmation(self, command: str) -> bool:
+        """False only when ``check`` allows ``command`` and every simple command in
+        it matches ``no_confirmation_prefixes`` the way ``check`` matches the
+        allowlist, with no function definitions and no redirection that writes a
+        file (``ls > notes`` writes; ``ls 2>/dev/null`` does not)."""
+        try:
+            decision, script = self._decide(command)
+        except Exception:
+            return True
+        no_confirm: _Prefixes = self.__dict__["_no_confirm"]
+        if not decision.allowed or script is None:
+            return True
+        if no_confirm.wildcard:
+            return False
+        if not no_confirm.entries or not script.commands or script.functions:
+            return True
+        for redirect in script.redirects:
+            if redirect.operator in _WRITE_REDIRECTS:
+                target = redirect.target
+                if target is None or target.value != "/dev/null":
+                    return True
+        return any(isinstance(self._allowlist(c, no_confirm), _Blocked) for c in script.commands)
+
+    def _decide(self, command: object) -> tuple[PolicyDecision, ParsedScript | None]:
+        if not isinstance(command, str):
+            return PolicyDecision(
+                allowed=False,
+                rule="R6",
+                reason=f"blocked by R6 (cannot be parsed safely): the command must be a "
+                f"string, not {type(command).__name__}",
+            ), None
+        script = parse(command, max_bytes=self.max_command_bytes, max_depth=self.max_parse_depth)
+        commands = tuple(c.argv for c in script.commands)
+        matched: list[str] = []
+        blocked = self._first_violation(script, matched)
+        if blocked is not None:
+            reason = (
+                f"blocked by {blocked.rule} ({_RULE_TITLES[blocked.rule]}): {blocked.detail}"
+                if blocked.rule
+                else f"blocked: {blocked.detail}"
+            )
+            return PolicyDecision(
+                allowed=False,
+                reason=reason,
+                rule=blocked.rule,
+                command=None if blocked.command is None else _shown(blocked.command, 400),
+                token=None if blocked.token is None else _shown(blocked.token, 200),
+                commands=commands,
+            ), script
+        allowed: _Prefixes = self.__dict__["_allowed"]
+        if allowed.wildcard:
+            reason = "allowed: '*' allows any command; no operator, parse, hardening or control-character rule applies"
+        else:
+            used = ", ".join(_q(m, 60) for m in dict.fromkeys(matched))
+            reason = (
+                f"allowed: every simple command matches an allowed prefix ({used})"
+                if used
+                else "allowed: nothing in it runs a program"
+            )
+        return PolicyDecision(allowed=True, reason=reason, commands=commands), script
+
+    def _first_violation(self, script: ParsedScript, matched: list[str]) -> _Blocked | None:
+        """The first rule ``script`` breaks; fills ``matched`` with the prefixes used."""
+        allowed: _Prefixes = self.__dict__["_allowed"]
+        wildcard = allowed.wildcard
+        for finding in script.findings:
+            if finding.rule in ("R8", "R6"):
+                return _Blocked(finding.rule, finding.message, None, finding.token)
+        if not script.source.strip() or (
+            not script.commands
+            and not script.operators
+            and not script.findings
+            and not script.redirects
+        ):
+            return _Blocked(None, "the command is empty; nothing to run")
+        for op in script.operators:
+            hits = [e for e in self.blocked_operators if any(e in t for t in op.texts)]
+            for entry in sorted(hits, key=lambda e: e != op.text):
+                spelled = "a newline" if op.text == "\n" else repr(op.text)
+                also = f" (blocked operator {entry!r})" if entry != op.text else ""
+                return _Blocked(
+                    "R1",
+                    f"{spelled} is used as bash {op.kind.replace('_', ' ')}{also}; "
+                    f"this policy blocks {', '.join(map(repr, self.blocked_operators))}. "
+                    "Quoted text is not affected; run one command per call instead.",
+                    None,
+                    op.text,
+                )
+        if not wildcard:
+            for name in script.functions:
+                return _Blocked(
+                    "R5",
+                    f"defines the function {name!r}, which would run instead of any "
+                    "program of that name; function definitions are not allowed",
+                    None,
+                    name,
+                )
+        for cmd in script.commands:
+            if not wildcard:
+                result = self._allowlist(cmd, allowed)
+                if isinstance(result, _Blocked):
+                    return result
+                if result:
+                    matched.append(" ".join(result))
+            problem = self._hardening(cmd)
+            if problem is not None:
+                return problem
+        if not wildcard:
+            for finding in script.findings:
+                if finding.rule == "R2":
+                    return _Blocked("R2", finding.message, None, finding.token)
+        return self._hardening_script(script)
+
+    def _allowlist(self, cmd: SimpleCommand, prefixes: _Prefixes) -> tuple[str, ...] | _Blocked:
+        """R4, R5, R2 and R3 for one simple command: the matching prefix, or why none does."""
+        if prefixes.wildcard:
+            return ("*",)
+        text = cmd.text
+        assigned = [scan_word(a.text).value for a in cmd.assignments]
+        if not cmd.words:
+            if not assigned:
+                return ()  # only redirections: nothing runs
+            matched = prefixes.match(assigned)
+            if matched is not None:
+                return matched
+            return _Blocked(
+                "R5",
+                f"{_q(text)} only assigns shell variables, which can change what later "
+                "commands do; assignments are not allowed. Pass values as arguments.",
+                text,
+                cmd.assignments[0].text,
+            )
+        head = cmd.words[0]
+        if not head.plain:
+            resolves = f" (bash would run {head.value!r})" if head.value else ""
+            return _Blocked(
+                "R4",
+                f"the command word {_q(head.text)}{resolves} is not a plain name: "
+                "quotes, backslashes, expansions, globs and braces are not allowed there. "
+                f"Write the program name plainly. {self._allowed_hint(prefixes)}",
+                text,
+                head.text,
+            )
+        values = [w.value for w in cmd.words]
+        if assigned:
+            matched = prefixes.match([*assigned, *values])
+            if matched is not None:
+                return matched
+            if prefixes.match(values) is not None:
+                plain = " ".join(w.text for w in cmd.words)
+                return _Blocked(
+                    "R5",
+                    f"the leading assignment {_q(cmd.assignments[0].text)} changes the "
+                    f"environment of {head.text!r} (as LD_PRELOAD or GIT_PAGER would); "
+                    f"leading assignments are not allowed. Run {_q(plain)} without it.",
+                    text,
+                    cmd.assignments[0].text,
+                )
+        else:
+            matched = prefixes.match(values)
+            if matched is not None:
+                return matched
+        hint = self._allowed_hint(prefixes)
+        name = head.value or head.text
+        if "/" in name:
+            return _Blocked(
+                "R4",
+                f"the command word {_q(name)} is a path; programs are matched by "
+                f"plain name, never by path or basename. {hint}",
+                text,
+                name,
+            )
+        if name in WRAPPERS:
+            if name in _RUNS_ARGUMENTS:
+                what = "runs its arguments as a command"
+            elif name in _CHANGES_NAMES:
+                what = "changes what names or options mean to later commands"
+            else:
+                what = "assigns or removes shell variables"
+            return _Blocked(
+                "R5",
+                f"{name!r} {what}, so it is allowed only when a prefix names it. {hint}",
+                text,
+                name,
+            )
+        near = prefixes.near_miss(values)
+        if near is not None:
+            prefix, word = near
+            return _Blocked(
+                "R3",
+                f"{_q(text)} is not allowed: the prefix {' '.join(prefix)!r} matches "
+                f"whole words only, and {_q(word)} is a different word. {hint}",
+                text,
+                word,
+            )
+        return _Blocked(
+            "R2",
+            f"{_q(text)} is not allowed: no allowed prefix matches {_q(name)}. {hint}",
+            text,
+            name,
+        )
+
+    def _allowed_hint(self, prefixes: _Prefixes) -> str:
+        if not prefixes.entries:
+            return "No command is allowed by this policy."
+        shown = [" ".join(p) for p in prefixes.entries]
+        listed = ", ".join(shown[:20]) + (", …" if len(shown) > 20 else "")
+        return f"Allowed prefixes: {_shown(listed, 400)}."
+
+    def _hardening(self, cmd: SimpleCommand) -> _Blocked | None:
+        """R7 for one simple command: its program, and any program a wrapper runs."""
+        words = cmd.words
+        if not words:
+            return None
+        by_program: Mapping[str, tuple[HardeningRule, ...]] = self.__dict__["_by_program"]
+        first = _program_name(words[0])
+        positions = [0]
+        if first in _RUNS_ARGUMENTS:
+            positions.extend(range(1, len(words)))
+        for pos in positions:
+            name = _program_name(words[pos])
+            rules = by_program.get(name) if name else None
+            if not rules:
+                continue
+            for rule in rules:
+                hit = _rule_fires(rule, words[pos:])
+                if hit is not None:
+                    return _Blocked(
+                        "R7",
+                        f"{hit.label!r} in {_q(cmd.text)}: {hit.why}. This is blocked even "
+                        "when the program is allowed; an argument bash expands counts as "
+                        "one that could spell it.",
+                        cmd.text,
+                        hit.token,
+                    )
+        env_rules: tuple[HardeningRule, ...] = self.__dict__["_env_rules"]
+        if first in ("env", "export", "declare", "typeset", "local", "readonly"):
+            for w in words[1:]:
+                m = _ASSIGNMENT_ARG.match(w.shown)
+                if m is not None:
+                    blocked = self._env_rule(m.group(1), w.text, env_rules)
+                    if blocked is not None:
+                        return blocked
+        return None
+
+    def _env_rule(
+        self, name: str, text: str, env_rules: Sequence[HardeningRule]
+    ) -> _Blocked | None:
+        for rule in env_rules:
+            if rule.matches_env(name):
+                return _Blocked(
+                    "R7",
+                    f"assigning {name} ({_q(text)}): {rule.why}. Assignments of "
+                    f"{rule.label} are blocked under every policy.",
+                    text,
+                    name,
+                )
+        return None
+
+    def _hardening_script(self, script: ParsedScript) -> _Blocked | None:
+        env_rules: tuple[HardeningRule, ...] = self.__dict__["_env_rules"]
+        for assignment in script.assignments:
+            blocked = self._env_rule(assignment.name, assignment.text, env_rules)
+            if blocked is not None:
+                return blocked
+        for redirect in script.redirects:
+            target = redirect.target
+            if target is None or (
+                redirect.operator in ("<&", ">&", "<&-", ">&-")
+                and (target.value is not None and (target.value.isdigit() or target.value == "-"))
+            ):
+                continue
+            if target.value is not None:
+                risky = target.value.startswith(("/dev/tcp/", "/dev/udp/"))
+            elif target.text.startswith(("<(", ">(")):
+                risky = False
+            else:
+                p = target.prefix
+                risky = any(s.startswith(p) or p.startswith(s) for s in ("/dev/tcp/", "/dev/udp/"))
+            if risky:
+                return _Blocked(
+                    "R7",
+                    f"the redirection target {_q(target.text)} is or may expand to "
+                    "/dev/tcp/HOST/PORT or /dev/udp/..., which bash opens as a network "
+                    "socket; write the target as a literal path",
+                    None,
+                    target.text,
+                )
+        return None
+
+    # -- loading -------------------------------------------------------------------
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, source: str = "<mapping>") -> BashToolPolicy:
+        """Build a policy from a mapping shaped like the TOML file (see `from_toml`)."""
+        return _from_mapping(cls, data, source)
+
+    @classmethod
+    def from_toml_string(cls, text: str, *, source: str = "<string>") -> BashToolPolicy:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise PolicyFileError(f"{source}: not valid TOML: {exc}") from None
+        return _from_mapping(cls, data, source)
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str]) -> BashToolPolicy:
+        """Load a policy file. Keys are the field names; sizes may be written as
+        ``"512MiB"``; ``false`` means None for an optional limit or the timeout;
+        ``[[hardening]]`` tables add rules to the default table (set
+        ``default_hardening = false`` to start from an empty one)."""
+        file = Path(path)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise PolicyFileError(
+                f"{file}: cannot read the policy file ({exc.strerror or exc})"
+            ) from None
+        except UnicodeDecodeError as exc:
+            raise PolicyFileError(f"{file}: the policy file is not UTF-8 ({exc})") from None
+        return cls.from_toml_string(text, source=str(file))
+
+
+# -- policy files -------------------------------------------------------------------
+
+_STRING_TUPLES = ("allowed_command_prefixes", "blocked_operators", "inherit_env",
+                  "no_confirmation_prefixes")  # fmt: skip
+_OPTIONAL_LIMITS = ("max_memory_bytes", "max_file_size_bytes", "max_child_processes")
+_LIMITS = ("max_output_bytes", "max_command_bytes", "max_parse_depth")
+_FILE_ONLY = ("default_hardening", "description")
+_RULE_KEYS = ("why", "program", "option", "pattern", "subcommands", "before_subcommand",
+              "unless_any", "analyzer", "env")  # fmt: skip
+
+
+def _size(source: str, key: str, value: object, *, optional: bool) -> int | None:
+    if value is False and optional:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        m = _SIZE.match(value)
+        if m is not None:
+            unit = (m.group(2) or "").lower().rstrip("b")
+            return int(m.group(1)) * _SIZE_UNITS[unit]
+    none = ", or false for no limit" if optional else ""
+    raise PolicyFileError(
+        f"{source}: {key} = {value!r} is invalid: write a positive integer or a size "
+        f'such as "512MiB"{none}.'
+    )
+
+
+def _from_mapping(
+    cls: type[BashToolPolicy], data: Mapping[str, Any], source: str
+) -> BashToolPolicy:
+    if not isinstance(data, Mapping):
+        raise PolicyFileError(
+            f"{source}: a policy must be a table of fields, not {type(data).__name__}"
+        )
+    valid = [f.name for f in fields(cls)] + list(_FILE_ONLY)
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in valid:
+            raise PolicyFileError(
+                f"{source}: unknown field {key!r}. Valid fields: {', '.join(valid)}."
+            )
+        if key in _STRING_TUPLES:
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise PolicyFileError(
+                    f"{source}: {key} = {value!r} is invalid: write an array of strings, "
+                    f'e.g. {key} = ["ls", "git status"].'
+                )
+            kwargs[key] = tuple(value)
+        elif key == "timeout_seconds":
+            if value is False:
+                kwargs[key] = None
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                kwargs[key] = value
+            else:
+                raise PolicyFileError(
+                    f"{source}: timeout_seconds = {value!r} is invalid: write a number of "
+                    "seconds, or false for no timeout."
+                )
+        elif key in _OPTIONAL_LIMITS:
+            kwargs[key] = _size(source, key, value, optional=True)
+        elif key in _LIMITS:
+            kwargs[key] = _size(source, key, value, optional=False)
+        elif key == "env":
+            if not isinstance(value, Mapping) or not all(
+                isinstance(v, str) for v in value.values()
+            ):
+                raise PolicyFileError(
+                    f"{source}: env = {value!r} is invalid: write a table of strings, e.g. "
+                    '[env]\nPATH = "/usr/bin:/bin".'
+                )
+            kwargs[key] = dict(value)
+        elif key == "drop_privileges":
+            if value == "auto":
+                kwargs[key] = None
+            elif isinstance(value, bool):
+                kwargs[key] = value
+            else:
+                raise PolicyFileError(
+                    f"{source}: drop_privileges = {value!r} is invalid: write true, false "
+                    'or "auto".'
+                )
+        elif key == "hardening":
+            kwargs[key] = _rules_from(source, value)
+        elif key in ("default_hardening", "description"):
+            expected = bool if key == "default_hardening" else str
+            if not isinstance(value, expected):
+                raise PolicyFileError(
+                    f"{source}: {key} = {value!r} is invalid: write a "
+                    f"{'boolean' if expected is bool else 'string'}."
+                )
+    extra: tuple[HardeningRule, ...] = kwargs.pop("hardening", ())
+    base = DEFAULT_HARDENING if data.get("default_hardening", True) else ()
+    kwargs["hardening"] = base + extra
+    try:
+        return cls(**kwargs)
+    except PolicyFileError:
+        raise
+    except ConfigurationError as exc:
+        raise PolicyFileError(f"{source}: {exc}") from None
+
+
+def _rules_from(source: str, value: object) -> tuple[HardeningRule, ...]:
+    if not isinstance(value, list):
+        raise PolicyFileError(
+            f"{source}: hardening = {value!r} is invalid: write [[hardening]] tables with "
+            "program, option and why."
+        )
+    rules = []
+    for i, entry in enumerate(value):
+        where = f"{source}: hardening[{i}]"
+        if not isinstance(entry, Mapping):
+            raise PolicyFileError(f"{where} = {entry!r} is invalid: write a table.")
+        for key in entry:
+            if key not in _RULE_KEYS:
+                raise PolicyFileError(
+                    f"{where}: unknown field {key!r}. Valid fields: {', '.join(_RULE_KEYS)}."
+                )
+        try:
+            rules.append(HardeningRule(**dict(entry)))
+        except (ConfigurationError, TypeError) as exc:
+            raise PolicyFileError(f"{where}: {exc}") from None
+    return tuple(rules)
