@@ -230,17 +230,41 @@ async def test_max_child_processes_bounds_processes_even_as_root(tmp_path: Path)
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("with_limits", [False, True], ids=["fast-path", "preexec"])
-async def test_the_shell_is_inside_its_run_cgroup_before_user_code(
-    tmp_path: Path, with_limits: bool
+@pytest.mark.parametrize("how", ["prologue", "prologue-with-limits", "preexec-dropping-privileges"])
+async def test_the_shell_is_inside_its_run_cgroups_before_user_code(
+    public_workspace: Path, how: str
 ) -> None:
     if STRONGEST != "cgroup2":
         pytest.skip("needs cgroup v2 here")
-    limits = Limits(max_memory_bytes=2**30) if with_limits else Limits()
-    result = await bash("cat /proc/self/cgroup", tmp_path, limits=limits)
-    v2 = [line for line in result.stdout.splitlines() if line.startswith("0::")]
+    if how == "preexec-dropping-privileges":
+        if os.geteuid() != 0:
+            pytest.skip("needs root")
+        os.chown(public_workspace, 4242, 4242)
+    limits = Limits() if how == "prologue" else Limits(max_child_processes=10)
+    result = await bash(
+        "cat /proc/self/cgroup",
+        public_workspace,
+        limits=limits,
+        drop_privileges=how.endswith("privileges"),
+    )
+    lines = result.stdout.splitlines()
+    v2 = [line for line in lines if line.startswith("0::")]
     assert v2 and f"/sandbox-{os.getpid()}-" in v2[0]
+    if limits.max_child_processes is not None and result.nproc_enforcement == "pids-cgroup":
+        pids = [line for line in lines if ":pids:" in line]
+        assert not pids or f"/sandbox-{os.getpid()}-" in pids[0]
     assert result.containment == "cgroup2"
+
+
+@pytest.mark.anyio
+async def test_file_size_limit_is_never_looser_than_asked_in_posix_mode(tmp_path: Path) -> None:
+    # In POSIX mode bash counts `ulimit -f` in 512-byte blocks, not 1024.
+    limits = Limits(max_file_size_bytes=10_000)
+    for env in (ENV, {**ENV, "POSIXLY_CORRECT": "1"}):
+        result = await bash(
+            "head -c 20000 /dev/zero > f; wc -c < f", tmp_path, env=env, limits=limits
+        )
+        assert 0 < int(result.stdout) <= 10_000
 
 
 @pytest.mark.anyio

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -45,24 +44,21 @@ import anyio
 import anyio.lowlevel
 
 from sandbox.bash.cgroups import CgroupBase, RunCgroup, locate, remove_leftovers, remove_stale
+from sandbox.bash.child import ChildSetup, shell_prologue
 from sandbox.errors import ConfigurationError
 
 __all__ = [
     "MECHANISMS",
     "Availability",
-    "ChildSetup",
     "MainProcess",
     "Tree",
     "availability",
+    "choose",
     "open_tree",
     "pids_cgroup_base",
-    "shell_prologue",
 ]
 
 MECHANISMS: tuple[str, ...] = ("cgroup2", "cgroup1-freezer", "pidns", "subreaper", "killpg")
-
-# Exit status of the shell when its containment prologue failed (see `shell_prologue`).
-PROLOGUE_FAILED = 125
 
 SUBREAPER_SCRIPT = Path(__file__).with_name("_subreaper.py")
 
@@ -73,21 +69,6 @@ class Availability:
 
     available: bool
     detail: str
-
-
-@dataclass(frozen=True)
-class ChildSetup:
-    """What must happen in the child before the user's command runs.
-
-    `cgroup_procs`: cgroup.procs files the child writes its own pid into (placement);
-    `rlimits`: (resource, value) pairs set as both soft and hard limit;
-    `uid`/`gid`: the identity to drop to, with no supplementary groups.
-    """
-
-    cgroup_procs: tuple[str, ...] = ()
-    rlimits: tuple[tuple[int, int], ...] = ()
-    uid: int | None = None
-    gid: int | None = None
 
 
 class MainProcess(Protocol):
@@ -103,27 +84,6 @@ class MainProcess(Protocol):
     async def wait_exited(self) -> None:
         """Wait until it has exited (without reaping it)."""
         ...
-
-
-def shell_prologue(cgroup_procs: Sequence[str]) -> str:
-    """Bash code that moves the shell into the run's cgroups before any user code.
-
-    Used on the fast path, where no `preexec_fn` runs in the child (any `preexec_fn`
-    disables CPython's vfork spawn and doubles its cost). Why it is race-free: until the
-    prologue has run, the only process of the run is the shell itself, which has not
-    forked; the prologue uses builtins only (`builtin echo` with a redirection, no
-    fork), and the user's text follows on the same line, after `;`, so a syntax error
-    anywhere in that first line stops bash before it runs anything at all. What could
-    run before it is code bash runs at startup: `BASH_ENV`, exported functions
-    (`BASH_FUNC_*`), `SHELLOPTS`/`BASHOPTS` (xtrace expanding `PS4`), or an
-    `LD_PRELOAD`ed library; `process.run_bash` refuses environments that set them.
-    `>|` writes even under `noclobber`. If the write fails (the cgroup vanished),
-    bash prints why and exits with status 125 before running the command.
-    """
-    return "".join(
-        f'builtin echo "$$" >| {shlex.quote(path)} || builtin exit {PROLOGUE_FAILED}; '
-        for path in cgroup_procs
-    )
 
 
 # --------------------------------------------------------------------------- the trees
@@ -145,8 +105,24 @@ class Tree(ABC):
         apply to the spawned process itself (a wrapper may take over some of it)."""
         return argv, replace(setup, cgroup_procs=self._placement())
 
+    def limit_processes(self, max_processes: int, *, placed_before_exec: bool) -> None:
+        """Set pids.max so the shell and its descendants are at most `max_processes`
+        tasks; a wrapper placed into the cgroup with them counts on top."""
+        if self._pids is not None:
+            extra = self._wrapper_tasks if placed_before_exec else 0
+            self._pids.write("pids.max", str(max_processes + extra))
+
+    # Processes of the wrapper that enter the pids cgroup when the spawned process is
+    # placed before exec (preexec_fn): unshare, for the pidns tree.
+    _wrapper_tasks = 0
+
     def _placement(self) -> tuple[str, ...]:
         return tuple(str(c.procs_file) for c in self._cgroups)
+
+    @property
+    def limits_processes(self) -> bool:
+        """Whether a pids cgroup bounds the run's processes."""
+        return self._pids is not None
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
@@ -252,6 +228,7 @@ class PidNamespaceTree(Tree):
     """
 
     name = "pidns"
+    _wrapper_tasks = 1
 
     def __init__(self, prefix: tuple[str, ...], pids: RunCgroup | None) -> None:
         super().__init__(pids)
@@ -468,7 +445,13 @@ def _probe_cgroup(key: str, controller: str, required_file: str, shell: str) -> 
             return Availability(False, why)
         # The real thing, once: a shell moves itself in with the same prologue as a run.
         ok, err = _run_probe(
-            [shell, "--norc", "--noprofile", "-c", shell_prologue([str(probe.procs_file)])]
+            [
+                shell,
+                "--norc",
+                "--noprofile",
+                "-c",
+                shell_prologue(ChildSetup(cgroup_procs=(str(probe.procs_file),))),
+            ]
         )
         if not ok:
             return Availability(False, f"a process cannot be moved into {probe.path}: {err}")
@@ -579,23 +562,15 @@ def pids_cgroup_base(shell: str) -> CgroupBase | None:
     return None
 
 
-def open_tree(name: str, *, pids_max: int | None, shell: str) -> Tree:
+def open_tree(name: str, *, limit_processes: bool, shell: str) -> Tree:
     """Create the containment for one run (its cgroups exist from here on: the caller
-    must `aclose` the tree, also when the spawn fails)."""
+    must `aclose` the tree, also when the spawn fails). With `limit_processes`, a pids
+    cgroup is part of it when the machine has one (`Tree.limit_processes` sets it)."""
     pids: RunCgroup | None = None
-    if pids_max is not None:
-        if name == "pidns":
-            # unshare enters the cgroup in preexec_fn, before it forks the shell: one
-            # more task than the shell and its children.
-            pids_max += 1
+    if limit_processes:
         base = pids_cgroup_base(shell)
         if base is not None:
             pids = RunCgroup.create(base)
-            try:
-                pids.write("pids.max", str(pids_max))
-            except OSError:
-                pids.kill_and_remove()
-                raise
     try:
         if name == "cgroup2":
             return Cgroup2Tree(_detected.bases["cgroup2"], pids)

@@ -7,11 +7,11 @@ new session, under resource limits, and returns what happened.
 The life of one run (`run_bash`):
 
 1. Containment for the run is created (a cgroup, see containment.py), then the shell is
-   spawned into it. Rlimits, when asked for, are set in the child by a `preexec_fn`,
-   which also moves the child into its cgroups. Without limits no `preexec_fn` runs, so
-   CPython can spawn with vfork (about half the cost), and a builtin-only shell
-   prologue moves the shell into its cgroup before any user code (the race analysis is
-   on `containment.shell_prologue`).
+   spawned. A builtin-only prologue in front of the command moves the shell into its
+   cgroups and sets its rlimits before any user code runs (the race analysis is on
+   `child.shell_prologue`), so no `preexec_fn` is needed and CPython spawns with vfork,
+   at a cost independent of the agent's size. Only a run that drops privileges uses a
+   `preexec_fn`, because the cgroup writes must precede the identity change.
 2. Two readers copy stdout and stderr into bounded head+tail buffers while a pidfd
    tells us when the shell itself exits. We do not wait for EOF on the pipes: a
    background job (`sleep 300 & echo hi`) holds them open as long as it lives, which
@@ -25,8 +25,6 @@ The life of one run (`run_bash`):
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import pwd
 import resource
@@ -41,17 +39,9 @@ from typing import Any
 
 import anyio
 
-from sandbox.bash.capture import READ_CHUNK, BoundedCapture, pump
-from sandbox.bash.containment import (
-    MECHANISMS,
-    ChildSetup,
-    Tree,
-    availability,
-    choose,
-    open_tree,
-    pids_cgroup_base,
-    shell_prologue,
-)
+from sandbox.bash.capture import BoundedCapture, drain_buffered, pump, set_pipe_size
+from sandbox.bash.child import ChildSetup, bash_posix_mode, preexec_fn, shell_prologue
+from sandbox.bash.containment import MECHANISMS, Tree, availability, choose, open_tree
 from sandbox.errors import ConfigurationError, SandboxError
 
 __all__ = [
@@ -161,56 +151,25 @@ class ProcessResult:
 
 
 def find_bash() -> str:
-    """The bash executable, looked up on *this* process's PATH.
+    """The bash executable, looked up on *this* process's PATH (cached per PATH).
 
     Never on the command's PATH: that environment may point into the workspace, where
     the command itself could have planted a `bash`.
     """
     path = os.environ.get("PATH") or os.defpath
-    found = shutil.which("bash", path=path)
-    if found is None:
-        raise ConfigurationError(
-            f"bash was not found on PATH ({path}); install it (Debian: apt-get install "
-            "bash) or add its directory to this process's PATH"
-        )
-    return os.path.abspath(found)
+    found = _bash_by_path.get(path)
+    if found is None or not os.access(found, os.X_OK):
+        which = shutil.which("bash", path=path)
+        if which is None:
+            raise ConfigurationError(
+                f"bash was not found on PATH ({path}); install it (Debian: apt-get "
+                "install bash) or add its directory to this process's PATH"
+            )
+        found = _bash_by_path[path] = os.path.abspath(which)
+    return found
 
 
-def _set_pipe_size(fd: int) -> None:
-    # A larger pipe lets a fast writer (`yes`, `cat`) hand over a megabyte per wakeup
-    # instead of 64 KiB. Best effort: unprivileged users are capped by
-    # /proc/sys/fs/pipe-max-size and by their total pipe quota.
-    with contextlib.suppress(OSError, AttributeError):
-        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, READ_CHUNK)
-
-
-def _preexec(setup: ChildSetup) -> Callable[[], None]:
-    """The function run in the forked child before exec, when anything must be set.
-
-    Order matters: cgroups first (the child must be contained before anything else can
-    fail or fork), then rlimits, then the identity change (after which it could no
-    longer write to root-owned cgroup files or raise limits).
-    """
-    cgroup_procs = setup.cgroup_procs
-    rlimits = ((resource.RLIMIT_CORE, 0), *setup.rlimits)
-    uid, gid = setup.uid, setup.gid
-
-    def preexec() -> None:
-        pid = b"%d" % os.getpid()
-        for path in cgroup_procs:
-            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-            try:
-                os.write(fd, pid)
-            finally:
-                os.close(fd)
-        for res, value in rlimits:
-            resource.setrlimit(res, (value, value))
-        if uid is not None and gid is not None:
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
-
-    return preexec
+_bash_by_path: dict[str, str] = {}
 
 
 class BashProcess:
@@ -255,8 +214,8 @@ class BashProcess:
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         try:
-            _set_pipe_size(out_w)
-            _set_pipe_size(err_w)
+            set_pipe_size(out_w)
+            set_pipe_size(err_w)
             os.set_blocking(out_r, False)
             os.set_blocking(err_r, False)
             popen = subprocess.Popen(
@@ -433,21 +392,6 @@ async def _pump_until_eof(fd: int, capture: BoundedCapture, done: anyio.Event) -
         done.set()
 
 
-def _read_what_is_buffered(fd: int, capture: BoundedCapture) -> None:
-    """After the grace period: take what is already in the pipe without waiting for
-    EOF (an escaped writer may never close it), bounded so a writer that keeps going
-    cannot keep us here."""
-    buffer = bytearray(READ_CHUNK)
-    for _ in range(4):
-        try:
-            n = os.readv(fd, [buffer])
-        except (BlockingIOError, OSError):
-            return
-        if n == 0:
-            return
-        capture.feed(memoryview(buffer)[:n])
-
-
 async def run_bash(
     command: str,
     *,
@@ -498,22 +442,24 @@ async def run_bash(
         uid, gid = _unprivileged_identity(workdir)
     mechanism = choose(containment, shell)
 
-    pids_max = None
-    if limits.max_child_processes is not None:
-        pids_max = limits.max_child_processes + 1  # the shell itself is a process too
-    tree = open_tree(mechanism, pids_max=pids_max, shell=shell)
+    tree = open_tree(mechanism, limit_processes=limits.max_child_processes is not None, shell=shell)
     process: BashProcess | None = None
     try:
         argv, setup = tree.command(
             [shell, "--norc", "--noprofile", "-c", command],
             ChildSetup(rlimits=rlimits, uid=uid, gid=gid),
         )
-        preexec = None
-        if setup.rlimits or setup.uid is not None:
-            preexec = _preexec(setup)  # also does the cgroup placement
-        elif setup.cgroup_procs:
+        # Placement must precede an identity change, which a prologue running in the
+        # unprivileged shell cannot do: only then is a preexec_fn (and fork) needed.
+        preexec = preexec_fn(setup) if uid is not None else None
+        if limits.max_child_processes is not None:
+            # pids.max also counts the shell itself.
+            tree.limit_processes(
+                limits.max_child_processes + 1, placed_before_exec=preexec is not None
+            )
+        if preexec is None:
             # The command string is always last: wrappers only prepend.
-            argv[-1] = shell_prologue(setup.cgroup_procs) + argv[-1]
+            argv[-1] = shell_prologue(setup, posix_mode=bash_posix_mode(env)) + argv[-1]
         try:
             process = BashProcess.spawn(
                 argv, cwd=workdir, env=env, preexec=preexec, pass_fds=tree.pass_fds
@@ -543,7 +489,7 @@ async def run_bash(
 
     if limits.max_child_processes is None:
         nproc = None
-    elif pids_max is not None and pids_cgroup_base(shell) is not None:
+    elif tree.limits_processes:
         nproc = "pids-cgroup"
     elif uid is not None:
         nproc = f"setuid:{uid}"
@@ -596,7 +542,7 @@ async def _supervise(
         (process.stderr_fd, err, err_done),
     ):
         if not done.is_set():
-            _read_what_is_buffered(fd, capture)
+            drain_buffered(fd, capture)
     return out, err, returncode, not exited, killed
 
 
