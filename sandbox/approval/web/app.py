@@ -195,6 +195,9 @@ def create_app(store: ApprovalStore, *, token: str, identity: str = "web",
     async def style(request: Request, caller: _Caller) -> Response:
         return Response(APP_CSS, media_type="text/css; charset=utf-8")
 
+    async def no_icon(request: Request, caller: _Caller) -> Response:
+        return Response(status_code=204)
+
     async def pending(request: Request, caller: _Caller) -> Response:
         try:
             limit = max(1, min(MAX_LIST, int(request.query_params.get("limit", "200"))))
@@ -235,6 +238,7 @@ def create_app(store: ApprovalStore, *, token: str, identity: str = "web",
         Route("/", index, methods=["GET"]),
         Route("/app.js", guarded(script), methods=["GET"]),
         Route("/app.css", guarded(style), methods=["GET"]),
+        Route("/favicon.ico", guarded(no_icon), methods=["GET"]),
         Route("/api/pending", guarded(pending), methods=["GET"]),
         Route("/api/requests/{request_id}/answer", guarded(answer), methods=["POST"]),
     ])

@@ -330,6 +330,7 @@ button { font: inherit; padding: 6px 12px; border-radius: 6px; border: 1px solid
 button.primary { background: var(--accent); border-color: var(--accent); color: #fff; }
 button.danger { color: var(--danger); border-color: var(--danger); }
 button:disabled { opacity: .5; cursor: default; }
+.panel[hidden] { display: none; }
 .panel { margin-top: 10px; padding: 10px; border-top: 1px dashed var(--line);
          display: flex; flex-direction: column; gap: 8px; align-items: flex-start; }
 .panel select, .panel input, .panel textarea { font: 14px ui-monospace, monospace; }
