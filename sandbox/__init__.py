@@ -18,6 +18,14 @@ from .approval import (
     args_digest,
 )
 from .audit import AuditLog, redact_secrets, verify_audit
+from .bash import (
+    BashToolPolicy,
+    ExecuteBashTool,
+    HardeningRule,
+    PolicyDecision,
+    detect_protections,
+    run_bash,
+)
 from .errors import (
     ConfigurationError,
     ConfirmationStateError,
@@ -46,6 +54,7 @@ __all__ = [
     "AutoApprove",
     "AutoDeny",
     "BaseTool",
+    "BashToolPolicy",
     "CallRecord",
     "CallbackConfirmationProvider",
     "ConfigurationError",
@@ -55,7 +64,10 @@ __all__ = [
     "Decision",
     "DuplicateCallError",
     "EventActions",
+    "ExecuteBashTool",
     "FunctionTool",
+    "HardeningRule",
+    "PolicyDecision",
     "PolicyFileError",
     "SandboxError",
     "StoreError",
@@ -67,6 +79,8 @@ __all__ = [
     "UnknownConfirmationError",
     "UnknownToolError",
     "args_digest",
+    "detect_protections",
     "redact_secrets",
+    "run_bash",
     "verify_audit",
 ]

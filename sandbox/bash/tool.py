@@ -1,0 +1,194 @@
+"""`ExecuteBashTool`: ADK's bash tool, with a policy that parses bash and a process layer
+that nothing escapes.
+
+Validation order is ADK's: command required → policy → confirmation → run. A command
+the policy blocks is refused before anyone is asked, so a human never sees (and can
+never approve) a command that would not be allowed to run.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..tools.base import BaseTool, ToolArgumentError
+from ..tools.context import ToolContext
+from .parse import escape_controls
+from .policy import BashToolPolicy
+from .process import Limits, run_bash
+
+
+class ExecuteBashTool(BaseTool):
+    """Run one bash command in ``workspace`` under ``policy``.
+
+    The result dict has ADK's keys ``stdout``, ``stderr``, ``returncode`` and, when the
+    command was blocked, rejected, timed out or failed, ``error``; plus ``timed_out``,
+    ``truncated`` (with ``stdout_bytes_dropped``/``stderr_bytes_dropped``),
+    ``duration_ms`` and ``containment`` (the mechanism that killed the process tree).
+    """
+
+    def __init__(
+        self,
+        *,
+        workspace: pathlib.Path | str | None = None,
+        policy: BashToolPolicy | None = None,
+        name: str = "execute_bash",
+    ) -> None:
+        workspace = pathlib.Path.cwd() if workspace is None else pathlib.Path(workspace)
+        if not workspace.is_dir():
+            raise ConfigurationError(
+                f"ExecuteBashTool workspace {str(workspace)!r} is not an existing directory; "
+                "create it first or pass workspace=<an existing directory>"
+            )
+        policy = policy if policy is not None else BashToolPolicy()
+        if not isinstance(policy, BashToolPolicy):
+            raise ConfigurationError(
+                f"policy must be a sandbox BashToolPolicy, got {type(policy).__name__}; "
+                "load one with BashToolPolicy.from_toml(path)"
+            )
+        allowed = (
+            "any command"
+            if "*" in policy.allowed_command_prefixes
+            else "commands starting with: " + ", ".join(policy.allowed_command_prefixes)
+        )
+        blocked = (
+            f" Operators not allowed: {' '.join(policy.blocked_operators)}."
+            if policy.blocked_operators
+            else ""
+        )
+        super().__init__(
+            name=name,
+            description=(
+                "Executes a bash command with the working directory set to the workspace. "
+                f"Allowed: {allowed}.{blocked} Commands may require user confirmation. "
+                "Returns stdout, stderr and returncode; a refused command returns 'error' "
+                "with the reason."
+            ),
+        )
+        self.workspace = workspace.resolve()
+        self.policy = policy
+        self._limits = Limits(
+            max_memory_bytes=policy.max_memory_bytes,
+            max_file_size_bytes=policy.max_file_size_bytes,
+            max_child_processes=policy.max_child_processes,
+        )
+
+    # -- declaration -----------------------------------------------------------------
+
+    def parameters_schema(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "The bash command to execute."}
+            },
+            "required": ["command"],
+        }
+
+    # -- the gate's hooks ------------------------------------------------------------
+
+    def validate_args(self, args: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(args, dict):
+            raise ToolArgumentError(
+                f"arguments to {self.name} must be a JSON object, got {type(args).__name__}"
+            )
+        command = args.get("command")
+        if not isinstance(command, str) or not command.strip():
+            raise ToolArgumentError("Command is required.")
+        extra = sorted(set(args) - {"command"})
+        if extra:
+            raise ToolArgumentError(
+                f"unexpected argument(s) {', '.join(map(repr, extra))}; {self.name} takes "
+                "only 'command'"
+            )
+        return args
+
+    async def precheck(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        decision = self.policy.check(args["command"])
+        if decision.allowed:
+            return None
+        return {"error": f"Command blocked: {decision.reason}", "rule": decision.rule,
+                "stdout": "", "stderr": "", "returncode": None, "timed_out": False,
+                "truncated": False}
+
+    async def confirmation_needed(self, args: dict[str, Any]) -> str | None:
+        command = args["command"]
+        if not self.policy.needs_confirmation(command):
+            return None
+        return f"Please approve or reject the bash command: {escape_controls(command)}"
+
+    def describe(self, args: dict[str, Any]) -> dict[str, Any]:
+        decision = self.policy.check(args["command"])
+        return {
+            "policy": {"allowed": decision.allowed, "reason": decision.reason,
+                       "rule": decision.rule},
+            "commands": [list(argv) for argv in decision.commands],
+            "workspace": str(self.workspace),
+        }
+
+    def rule_subjects(self, args: dict[str, Any]) -> tuple[tuple[str, ...], ...] | None:
+        decision = self.policy.check(args.get("command", ""))
+        return decision.commands if decision.allowed else ()
+
+    # -- running ---------------------------------------------------------------------
+
+    async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
+        try:
+            args = self.validate_args(args)
+        except ToolArgumentError as exc:
+            return {"error": exc.message}
+        command: str = args["command"]
+        refused = await self.precheck(args)
+        if refused is not None:
+            return refused
+        confirmation = tool_context.tool_confirmation
+        if not getattr(tool_context, "_gate_checked", False) and confirmation is None:
+            hint = await self.confirmation_needed(args)
+            if hint is not None:
+                tool_context.request_confirmation(hint=hint)
+                tool_context.actions.skip_summarization = True
+                return {"error": "This tool call requires confirmation, please approve or reject."}
+        if confirmation is not None and not confirmation.confirmed:
+            return {"error": "This tool call is rejected."}
+        return await self._run(command)
+
+    async def _run(self, command: str) -> dict[str, Any]:
+        env = dict(self.policy.env)
+        for name in self.policy.inherit_env:
+            if name in os.environ:
+                env[name] = os.environ[name]
+        drop = self.policy.drop_privileges
+        try:
+            outcome = await run_bash(
+                command,
+                cwd=self.workspace,
+                env=env,
+                timeout=self.policy.timeout_seconds,
+                limits=self._limits,
+                max_output_bytes=self.policy.max_output_bytes,
+                drop_privileges=bool(drop),
+            )
+        except (ConfigurationError, OSError) as exc:
+            return {"error": f"Execution failed: {exc}", "stdout": "", "stderr": "",
+                    "returncode": None, "timed_out": False, "truncated": False}
+        result: dict[str, Any] = {
+            "stdout": outcome.stdout,
+            "stderr": outcome.stderr,
+            "returncode": outcome.returncode,
+            "timed_out": outcome.timed_out,
+            "truncated": outcome.truncated,
+            "duration_ms": round(outcome.duration_ms, 3),
+            "containment": outcome.containment,
+        }
+        if outcome.truncated:
+            result["stdout_bytes_dropped"] = outcome.stdout_bytes_dropped
+            result["stderr_bytes_dropped"] = outcome.stderr_bytes_dropped
+        if outcome.killed_processes:
+            result["killed_processes"] = outcome.killed_processes
+        if outcome.timed_out:
+            result["error"] = (
+                f"Command timed out after {self.policy.timeout_seconds:g} seconds; the whole "
+                "process tree was killed. Output produced before that is included."
+            )
+        return result
