@@ -58,7 +58,10 @@ class AutoApprove:
         self.on_timeout: OnTimeout = on_timeout
 
     async def confirm(self, request: ConfirmationRequest) -> Decision:
-        return Decision.approve(decided_by=self.name, channel=self.name)
+        return _AUTO_APPROVED  # immutable: one instance serves every request
+
+
+_AUTO_APPROVED = Decision.approve(decided_by=AutoApprove.name, channel=AutoApprove.name)
 
 
 class AutoDeny:

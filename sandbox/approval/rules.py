@@ -308,6 +308,8 @@ class RuleBook:
                 "AND (scope='always' OR session_id=?) ORDER BY created",
                 (tool, now, session_id or ""),
             ).fetchall()
+        if not rows:  # the common case: nothing remembered for this tool
+            return None
         rules = [_rule_from_row(r) for r in rows]
         used: list[Rule] = []
         if subjects is not None:

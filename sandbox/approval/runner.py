@@ -194,6 +194,12 @@ class ToolRunner:
                             digest=args_digest(req.tool, args), reason=message)
             return {"status": "rejected", "error": message, "call_id": req.call_id}
         rounds = await self._db(self.store.count_requests, req.call_id)
+        if args_digest(req.tool, req.args) != req.digest:
+            # A request read back from the store runs only if its arguments still hash to
+            # the digest it was asked (and will be granted) for.
+            return await self._apply(tool, req, _Failure(
+                "error", "the stored arguments of this request do not match its digest (the "
+                         "store was modified); refusing to run"), round_=rounds)
         return await self._apply(tool, req, decision, round_=rounds)
 
     async def apply_answers(self) -> dict[str, dict[str, Any]]:
@@ -323,6 +329,10 @@ class ToolRunner:
             # TimeoutError the provider raises itself (its HTTP client, say) is a failure.
             with anyio.move_on_after(timeout or None) as scope:
                 answer = await provider.confirm(req)
+        except ConfirmationTimedOutError as exc:
+            # The request itself expired while the provider waited (its deadline is in
+            # the store): a timeout, whatever on_timeout says.
+            return _Failure("timeout", str(exc))
         except Exception as exc:
             return _Failure("error", f"confirmation provider {provider.name} failed: "
                                      f"{type(exc).__name__}: {exc}")
@@ -340,9 +350,6 @@ class ToolRunner:
     async def _apply(self, tool: BaseTool, req: ConfirmationRequest,
                      answer: Decision | _Failure, *, round_: int) -> dict[str, Any]:
         call_id = req.call_id
-        if args_digest(req.tool, req.args) != req.digest:
-            answer = _Failure("error", "the stored arguments of this request do not match its "
-                                       "digest (the store was modified); refusing to run")
         if isinstance(answer, _Failure):
             status = "timed_out" if answer.kind == "timeout" else "error"
             verb = "timed out" if status == "timed_out" else "failed"
@@ -360,15 +367,18 @@ class ToolRunner:
                                          reason=reason, decision=answer)
             return refused or result
         if answer.outcome == "approve":
+            # Approving and claiming the grant is one transaction unless rules are saved
+            # in between; either way the journal reads approved → started.
+            claim = answer.scope == "once"
             refused = await self._decide(tool, req, None, status="approved", outcome="approve",
-                                         reason=answer.reason, decision=answer)
+                                         reason=answer.reason, decision=answer, start=claim)
             if refused is not None:
                 return refused
-            if answer.scope != "once":
+            if not claim:
                 await self._remember(tool, req, answer)
             confirmation = ToolConfirmation(confirmed=True, hint=req.hint, payload=answer.payload)
             return await self._execute(tool, call_id, req.args, req.digest, confirmation,
-                                       round_=round_)
+                                       round_=round_, claimed=claim)
         return await self._apply_edit(tool, req, answer, round_=round_)
 
     async def _remember(self, tool: BaseTool, req: ConfirmationRequest,
@@ -427,7 +437,7 @@ class ToolRunner:
     async def _decide(self, tool: BaseTool, req: ConfirmationRequest,
                       result: dict[str, Any] | None, *, status: str, outcome: str,
                       reason: str | None, decision: Decision | None = None,
-                      channel: str | None = None) -> dict[str, Any] | None:
+                      channel: str | None = None, start: bool = False) -> dict[str, Any] | None:
         """Record the request's one decision (with `result` as the call's outcome when
         it ends the call). Returns None, or a refusal if the request had already been
         answered (by another channel, process or replay)."""
@@ -438,7 +448,7 @@ class ToolRunner:
                 self.store.decide, req.id, status=status, outcome=outcome, reason=reason,
                 decided_by=decided_by, channel=channel,
                 decision=decision.model_dump(mode="json") if decision else None,
-                call_result=result,
+                call_result=result, start=start,
             )
         except ConfirmationTimedOutError as exc:
             self.audit.emit("tool.timed_out", tool=tool.name, call_id=req.call_id,
@@ -473,8 +483,9 @@ class ToolRunner:
         return redact(tool, args) if redact is not None else args
 
     async def _execute(self, tool: BaseTool, call_id: str, args: dict[str, Any], digest: str,
-                       confirmation: ToolConfirmation | None, *, round_: int) -> dict[str, Any]:
-        if not await self._db(self.store.start, call_id, digest):
+                       confirmation: ToolConfirmation | None, *, round_: int,
+                       claimed: bool = False) -> dict[str, Any]:
+        if not claimed and not await self._db(self.store.start, call_id, digest):
             rec = await self._db(self.store.get_call, call_id)
             message = (f"call {call_id} cannot start: it is {rec.state}, and a grant is used "
                        "once and only for the exact arguments approved")

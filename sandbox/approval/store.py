@@ -341,16 +341,20 @@ class ApprovalStore:
         owner = _Owner.token()
         now = _now()
         with self._tx():
-            cur = self._db.execute(
-                "UPDATE calls SET state='started', owner=?, grant_digest=NULL, updated=? "
-                "WHERE call_id=? AND ((state='approved' AND grant_digest=?) "
-                "OR (state='new' AND digest=? AND owner=?))",
-                (owner, now, call_id, digest, digest, owner),
-            )
-            if cur.rowcount != 1:
-                return False
-            self._journal(call_id, "started", owner, digest, now)
-            return True
+            return self._claim(call_id, digest, owner, now)
+
+    def _claim(self, call_id: str, digest: str, owner: str, now: float) -> bool:
+        # The grant is cleared in the statement that uses it: single use.
+        cur = self._db.execute(
+            "UPDATE calls SET state='started', owner=?, grant_digest=NULL, updated=? "
+            "WHERE call_id=? AND ((state='approved' AND grant_digest=?) "
+            "OR (state='new' AND digest=? AND owner=?))",
+            (owner, now, call_id, digest, digest, owner),
+        )
+        if cur.rowcount != 1:
+            return False
+        self._journal(call_id, "started", owner, digest, now)
+        return True
 
     def finish(self, call_id: str, state: str, result: Any) -> None:
         """Record the end of a call this process started (or refused before starting)."""
@@ -461,10 +465,14 @@ class ApprovalStore:
                  _dump(details or {}), now, expires_at, edited_from, session_id),
             )
             self._journal(call_id, "awaiting", owner, rid, now)
-        return ConfirmationRequest(
-            id=rid, call_id=call_id, tool=tool, args=args, hint=hint, payload=payload,
-            digest=digest, kind=kind, created_at=_dt(now), expires_at=_dt(expires_at),  # type: ignore[arg-type]
-            edited_from=edited_from, session_id=session_id, details=details or {},
+        # Built from the values just written, which the runner validated: constructing
+        # without re-validation is a hot-path saving. `args` is copied so that a caller
+        # mutating its dict cannot change what the request says was asked.
+        return ConfirmationRequest.model_construct(
+            id=rid, call_id=call_id, tool=tool, args=dict(args), hint=hint, payload=payload,
+            digest=digest, kind=kind, created_at=datetime.fromtimestamp(now, tz=timezone.utc),
+            expires_at=_dt(expires_at), status="pending", edited_from=edited_from,
+            session_id=session_id, details=details or {},
         )
 
     def decide(
@@ -478,22 +486,45 @@ class ApprovalStore:
         channel: str | None = None,
         decision: dict[str, Any] | None = None,
         call_result: Any = None,
-    ) -> ConfirmationRequest:
+        start: bool = False,
+    ) -> None:
         """Record the one decision a pending request gets; raise if it already has one.
 
         ``status`` is the request's final status (approved, denied, timed_out, error,
         edited). Approving also grants the call, bound to the request's digest; an edit
         leaves the call ``editing`` until `grant` or `add_request` continues it.
+
+        ``start=True`` with an approval also claims that grant for this process in the
+        same transaction (what `start` does), for a caller that runs the call right
+        away: the journal still reads approved → started, and no other process can
+        claim the grant in between.
         """
         now = _now()
         owner = _Owner.token()
         with self._tx():
-            req = self._get_request(request_id)
-            if req is None:
+            row = self._db.execute(
+                "SELECT status, expires, call_id, digest FROM requests WHERE id=?",
+                (request_id,),
+            ).fetchone()
+            if row is None:
                 raise UnknownConfirmationError(
                     f"unknown confirmation id {request_id!r}: it was never issued by this "
                     "store (check the id, and that you opened the same store file)"
                 )
+            if row[0] == "pending" and (row[1] is None or now <= row[1]):
+                # The common case, without parsing the whole request.
+                self._decide(request_id, row[2], row[3], now, owner, status=status,
+                             outcome=outcome, reason=reason, decided_by=decided_by,
+                             channel=channel, decision=decision, call_result=call_result)
+                if start and status == "approved" and not self._claim(row[2], row[3], owner,
+                                                                       now):
+                    raise ConfirmationStateError(
+                        f"call {row[2]} of confirmation {request_id} is no longer waiting for "
+                        "it; nothing was run"
+                    )
+                return
+            req = self._get_request(request_id)
+            assert req is not None
             if req.status == "timed_out":
                 raise ConfirmationTimedOutError(_timed_out_message(req))
             if req.status != "pending":
@@ -511,25 +542,25 @@ class ApprovalStore:
                 # Recorded (committed) as timed out before the refusal is raised.
                 self._expire(req, now)
             else:
-                self._decide(req, now, owner, status=status, outcome=outcome, reason=reason,
-                             decided_by=decided_by, channel=channel, decision=decision,
-                             call_result=call_result)
+                # Pending and expired, but the status recorded is itself a failure
+                # (timed_out, error): record it as given.
+                self._decide(req.id, req.call_id, req.digest, now, owner, status=status,
+                             outcome=outcome, reason=reason, decided_by=decided_by,
+                             channel=channel, decision=decision, call_result=call_result)
         if expired:
             raise ConfirmationTimedOutError(_timed_out_message(req))
-        return req.model_copy(update={"status": status})
 
-    def _decide(self, req: ConfirmationRequest, now: float, owner: str, *, status: str,
-                outcome: str | None, reason: str | None, decided_by: str | None,
-                channel: str | None, decision: dict[str, Any] | None,
-                call_result: Any) -> None:
-        request_id = req.id
+    def _decide(self, request_id: str, call_id: str, digest: str, now: float, owner: str, *,
+                status: str, outcome: str | None, reason: str | None,
+                decided_by: str | None, channel: str | None,
+                decision: dict[str, Any] | None, call_result: Any) -> None:
         self._db.execute(
             "UPDATE requests SET status=?, decided=?, outcome=?, reason=?, decided_by=?, "
             "channel=?, decision=? WHERE id=? AND status='pending'",
             (status, now, outcome, reason, decided_by, channel, _dump(decision), request_id),
         )
         if status == "approved":
-            call_state, grant = "approved", req.digest
+            call_state, grant = "approved", digest
         elif status == "edited":
             call_state, grant = "editing", None
         else:
@@ -537,9 +568,9 @@ class ApprovalStore:
         self._db.execute(
             "UPDATE calls SET state=?, grant_digest=?, owner=?, result=?, updated=? "
             "WHERE call_id=? AND state='awaiting' AND request_id=?",
-            (call_state, grant, owner, _dump(call_result), now, req.call_id, request_id),
+            (call_state, grant, owner, _dump(call_result), now, call_id, request_id),
         )
-        self._journal(req.call_id, call_state, owner, f"{request_id} by {decided_by or channel}",
+        self._journal(call_id, call_state, owner, f"{request_id} by {decided_by or channel}",
                       now)
 
     def _expire(self, req: ConfirmationRequest, now: float) -> None:

@@ -88,7 +88,8 @@ class FunctionTool(BaseTool):
 
     async def confirmation_needed(self, args: dict[str, Any]) -> str | None:
         """Evaluate ``require_confirmation`` for these arguments; return the hint if needed."""
-        if await self._needs_confirmation(self._convert(args)):
+        rc = self.require_confirmation
+        if rc if isinstance(rc, bool) else await self._needs_confirmation(self._convert(args)):
             return f"Please approve or reject the tool call {self.name}()."
         return None
 
