@@ -1,0 +1,231 @@
+"""`sandbox check`, `sandbox run` and `sandbox doctor`: the bash sandbox from a shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..errors import ConfigurationError, PolicyFileError
+
+# Exit statuses of `sandbox run` when the command itself did not decide one; chosen to
+# match what shells and timeout(1) use, so scripts can tell the cases apart.
+EXIT_BLOCKED = 126  # "found but cannot execute": the policy refused it
+EXIT_NOT_APPROVED = 125  # denied, or the approval failed or timed out
+EXIT_TIMED_OUT = 124  # as timeout(1)
+
+
+def register(sub: Any) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    check = sub.add_parser(
+        "check", help="explain whether a policy allows a bash command",
+        description="Decide a command under a policy, on the bash parse tree, and explain "
+                    "the decision: rule, simple command, token. Exit 0 allowed, 1 blocked.",
+        epilog="examples:\n"
+               "  sandbox check --policy policies/readonly.toml -- 'ls -la | wc -l'\n"
+               "  sandbox check --policy policies/git-readonly.toml --json -- git log -p",
+        formatter_class=fmt,
+    )
+    _policy_arg(check)
+    check.add_argument("--json", action="store_true", help="print the decision as JSON")
+    check.add_argument("command", nargs=argparse.REMAINDER,
+                       help="the command (after --); several words are joined by spaces")
+    check.set_defaults(handler=_check)
+
+    run = sub.add_parser(
+        "run", help="run a bash command in the sandbox, asking at the terminal",
+        description="Check the command against the policy, ask for approval at the terminal "
+                    "(unless the policy lists it as needing none), run it under the "
+                    "policy's limits, print the result and exit with the command's status "
+                    f"({EXIT_BLOCKED} blocked, {EXIT_NOT_APPROVED} not approved, "
+                    f"{EXIT_TIMED_OUT} timed out).",
+        epilog="examples:\n"
+               "  sandbox run --policy policies/readonly.toml -- ls -la\n"
+               "  sandbox run --policy policies/python-dev.toml --workspace . -- pytest -q\n"
+               "  sandbox run --approve deny --json -- rm -rf build",
+        formatter_class=fmt,
+    )
+    _policy_arg(run)
+    run.add_argument("--workspace", default=".", help="working directory (default: .)")
+    run.add_argument("--approve", choices=("console", "auto", "deny"), default="console",
+                     help="who approves: the terminal (default), nobody (auto-approve), "
+                          "or refuse everything that needs approval")
+    run.add_argument("--json", action="store_true", help="print the result as JSON")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="the command (after --)")
+    run.set_defaults(handler=_run)
+
+    doctor = sub.add_parser(
+        "doctor", help="print the protections active on this machine",
+        description="Detect what this machine offers (cgroups, PID namespaces, subreaper, "
+                    "rlimits as root, privilege drop) and which mechanism the sandbox "
+                    "uses here, with what is not guaranteed.",
+        epilog="examples:\n  sandbox doctor\n  sandbox doctor --json",
+        formatter_class=fmt,
+    )
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.set_defaults(handler=_doctor)
+
+
+def _policy_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy", metavar="FILE",
+                        help="policy TOML file (default: allow every command, 30 s timeout)")
+
+
+def _load_policy(path: str | None) -> Any:
+    from ..bash import BashToolPolicy
+
+    return BashToolPolicy() if path is None else BashToolPolicy.from_toml(path)
+
+
+def _command(args: argparse.Namespace) -> str | None:
+    words = list(args.command)
+    if words and words[0] == "--":
+        words = words[1:]
+    return " ".join(words) if words else None
+
+
+def _check(args: argparse.Namespace) -> int:
+    command = _command(args)
+    if command is None:
+        print("sandbox check: give the command after --, e.g. sandbox check -- ls -la",
+              file=sys.stderr)
+        return 2
+    try:
+        policy = _load_policy(args.policy)
+    except (PolicyFileError, ConfigurationError, OSError) as exc:
+        print(f"sandbox check: {exc}", file=sys.stderr)
+        return 2
+    decision = policy.check(command)
+    if args.json:
+        print(json.dumps({
+            "command": command, "allowed": decision.allowed, "rule": decision.rule,
+            "simple_command": decision.command, "token": decision.token,
+            "reason": decision.reason, "commands": [list(c) for c in decision.commands],
+            "needs_confirmation": policy.needs_confirmation(command) if decision.allowed
+            else None,
+        }))
+    else:
+        print(("ALLOWED" if decision.allowed else "BLOCKED") + f": {decision.reason}")
+        if not decision.allowed:
+            if decision.command:
+                print(f"  simple command: {decision.command}")
+            if decision.token:
+                print(f"  token:          {decision.token}")
+        elif policy.needs_confirmation(command):
+            print("  needs a human's confirmation before it runs")
+    return 0 if decision.allowed else 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    command = _command(args)
+    if command is None:
+        print("sandbox run: give the command after --, e.g. sandbox run -- ls -la",
+              file=sys.stderr)
+        return 2
+    try:
+        policy = _load_policy(args.policy)
+        from ..bash import ExecuteBashTool
+
+        tool = ExecuteBashTool(workspace=Path(args.workspace), policy=policy)
+        provider = _provider(args.approve)
+    except (PolicyFileError, ConfigurationError, OSError) as exc:
+        print(f"sandbox run: {exc}", file=sys.stderr)
+        return 2
+    from ..approval import ToolRunner
+
+    runner = ToolRunner(tools=[tool], provider=provider)
+    result = anyio.run(_call_with_status, runner, command)
+    if args.json:
+        print(json.dumps(result, default=str))
+    else:
+        if result.get("stdout"):
+            sys.stdout.write(result["stdout"])
+            sys.stdout.flush()
+        if result.get("stderr"):
+            sys.stderr.write(result["stderr"])
+        if result.get("error"):
+            print(f"sandbox run: {result['error']}", file=sys.stderr)
+        if result.get("truncated"):
+            print(f"sandbox run: output truncated ({result.get('stdout_bytes_dropped', 0)} "
+                  f"stdout and {result.get('stderr_bytes_dropped', 0)} stderr bytes dropped)",
+                  file=sys.stderr)
+    return _exit_status(result)
+
+
+def _provider(kind: str) -> Any:
+    from ..approval import AutoApprove, AutoDeny
+
+    if kind == "auto":
+        return AutoApprove()
+    if kind == "deny":
+        return AutoDeny("refused by sandbox run --approve deny")
+    from ..approval.console import ConsoleConfirmationProvider
+
+    return ConsoleConfirmationProvider()
+
+
+async def _call_with_status(runner: Any, command: str) -> dict[str, Any]:
+    """Run the call; on a terminal, show a status line while the command runs."""
+    result: dict[str, Any] = {}
+    show = sys.stderr.isatty()
+
+    async def status() -> None:
+        started = time.monotonic()
+        await anyio.sleep(1.0)
+        while True:
+            sys.stderr.write(f"\r\x1b[2K  … running for {time.monotonic() - started:.0f}s")
+            sys.stderr.flush()
+            await anyio.sleep(1.0)
+
+    async with anyio.create_task_group() as tg:
+        if show:
+            tg.start_soon(status)
+        result = await runner.call("execute_bash", {"command": command})
+        tg.cancel_scope.cancel()
+    if show:
+        sys.stderr.write("\r\x1b[2K")
+    return result
+
+
+def _exit_status(result: dict[str, Any]) -> int:
+    status = result.get("status")
+    if status == "blocked":
+        return EXIT_BLOCKED
+    if status in ("denied", "timed_out", "error", "rejected", "awaiting_confirmation"):
+        return EXIT_NOT_APPROVED
+    if result.get("timed_out"):
+        return EXIT_TIMED_OUT
+    code = result.get("returncode")
+    if code is None:
+        return 1
+    return 128 - code if code < 0 else int(code)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from ..bash import detect_protections
+
+    report = detect_protections()
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    print(f"sandbox doctor — {os.uname().sysname} {os.uname().release}, "
+          f"{'root' if report.get('running_as_root') else 'uid ' + str(os.geteuid())}")
+    print(f"  whole-tree kill:      {report.get('containment')}")
+    for name, info in report.get("mechanisms", {}).items():
+        mark = "yes" if info.get("available") else "no "
+        print(f"    [{mark}] {name:16} {info.get('detail', '')}")
+    nproc = report.get("max_child_processes", {})
+    print(f"  max_child_processes:  {nproc.get('enforcement')}")
+    print(f"  exit detection:       {report.get('exit_detection')}")
+    for name, state in report.get("rlimits", {}).items():
+        print(f"  {name + ':':22}{state}")
+    env = report.get("agent_environment_readable_by_command")
+    if env:
+        print(f"  agent env readable:   {env}")
+    return 0
