@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from ..errors import ConfigurationError, ConfirmationStateError
+from ..errors import ConfigurationError, ConfirmationStateError, ConfirmationTimedOutError
 from .models import ConfirmationRequest, Decision
 from .providers import OnTimeout, _check_timeout, parse_answer
 from .store import ApprovalStore
@@ -74,7 +74,8 @@ class QueueConfirmationProvider:
             self._results.pop(request.id, None)
         if isinstance(result, _Closed):
             if result.status == "timed_out":
-                raise TimeoutError(f"confirmation {request.id} expired before an answer")
+                raise ConfirmationTimedOutError(
+                    f"confirmation {request.id} expired before an answer")
             raise ConfirmationStateError(
                 f"confirmation {request.id} was closed ({result.status}) while waiting"
             )
