@@ -114,7 +114,7 @@ async def measure(steps: dict[str, Step], iterations: int, deferred: int,
                   rounds: int) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {name: [] for name in steps}
     counter = 0
-    for name, step in steps.items():  # warm up caches, pydantic, the thread pool
+    for step in steps.values():  # warm up caches, pydantic, the thread pool
         for _ in range(200):
             counter += 1
             await step(counter)

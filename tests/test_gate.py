@@ -245,15 +245,15 @@ async def test_provider_answering_nonsense_fails_closed(effect: SideEffect) -> N
     assert request_of(runner, "c1").status == "error"
 
 
-@pytest.mark.parametrize("timeout", [None, 30.0], ids=["no-timeout", "timeout"])
+@pytest.mark.parametrize("limit", [None, 30.0], ids=["no-timeout", "timeout"])
 async def test_a_provider_raising_its_own_timeout_error_is_an_error_not_our_timeout(
-    effect: SideEffect, timeout: float | None
+    effect: SideEffect, limit: float | None
 ) -> None:
     async def ui(req: ConfirmationRequest) -> bool:
         raise TimeoutError("the chat service did not answer")
 
     runner = ToolRunner([append_tool(effect)], provider=CallbackConfirmationProvider(
-        ui, timeout=timeout, on_timeout="pending"))
+        ui, timeout=limit, on_timeout="pending"))
 
     result = await runner.call("append", {"text": "a"}, call_id="c1")
 
