@@ -165,11 +165,10 @@ class ToolRunner:
         with `ApprovalStore.submit_answer` (a web page, the CLI). ``args``, when given, must be exactly the arguments the
         request was made for; anything else is refused and nothing runs.
         """
-        req = await self._db(self.store.get_request, confirmation_id)
+        req, rounds = await self._db(self._request_and_rounds, confirmation_id)
         tool = self._tool(req.tool)
         if req.status == "timed_out" or (req.status == "pending" and _expired(req)):
             # Whatever the answer, an expired request is recorded and reported as timed out.
-            rounds = await self._db(self.store.count_requests, req.call_id)
             return await self._apply(tool, req, _Failure(
                 "timeout", f"confirmation {req.id} expired before it was answered"),
                 round_=rounds)
@@ -193,7 +192,6 @@ class ToolRunner:
             self.audit.emit("tool.rejected", tool=req.tool, call_id=req.call_id,
                             digest=args_digest(req.tool, args), reason=message)
             return {"status": "rejected", "error": message, "call_id": req.call_id}
-        rounds = await self._db(self.store.count_requests, req.call_id)
         if args_digest(req.tool, req.args) != req.digest:
             # A request read back from the store runs only if its arguments still hash to
             # the digest it was asked (and will be granted) for.
@@ -201,6 +199,11 @@ class ToolRunner:
                 "error", "the stored arguments of this request do not match its digest (the "
                          "store was modified); refusing to run"), round_=rounds)
         return await self._apply(tool, req, decision, round_=rounds)
+
+    def _request_and_rounds(self, confirmation_id: str) -> tuple[ConfirmationRequest, int]:
+        """A request and how many were made for its call: one trip to the store."""
+        req = self.store.get_request(confirmation_id)
+        return req, self.store.count_requests(req.call_id)
 
     async def apply_answers(self) -> dict[str, dict[str, Any]]:
         """Apply every answer recorded by other channels for this runner's tools.
