@@ -31,9 +31,11 @@ from pydantic import Field
 from sandbox import (
     AutoApprove,
     AutoDeny,
+    BashToolPolicy,
     CallbackConfirmationProvider,
     ConfirmationRequest,
     Decision,
+    ExecuteBashTool,
     FunctionTool,
     ToolRunner,
 )
@@ -489,3 +491,79 @@ async def test_plugin_accepts_a_file_store_and_records_the_decision(
     events = [json.loads(line)["event"] for line in lines(tmp_path / "audit.jsonl")]
     assert "tool.requested" in events and "tool.decided" in events
     assert "tool.started" not in events
+
+
+# -- our ExecuteBashTool as an ADK tool ---------------------------------------------------
+
+
+def our_bash(workspace: Path) -> ExecuteBashTool:
+    policy = BashToolPolicy(allowed_command_prefixes=("echo", "cat"),
+                            blocked_operators=(";", "|", "&&", "&"),
+                            no_confirmation_prefixes=("cat",), timeout_seconds=10)
+    return ExecuteBashTool(workspace=workspace, policy=policy)
+
+
+def side(workspace: Path) -> list[str]:
+    return lines(workspace / "side.log")
+
+
+async def test_our_bash_tool_approved_runs_once(tmp_path: Path) -> None:
+    runner = ToolRunner([our_bash(tmp_path)], provider=AutoApprove())
+    h = Harness(to_adk_tools(runner), [],
+                [[call("execute_bash", "b1", command="echo ran >> side.log")],
+                 [call("execute_bash", "b1", command="echo ran >> side.log")]])
+    await h.ask()
+    assert side(tmp_path) == ["ran"]
+    assert h.model.responses_seen()["b1"]["replayed"] is True
+
+
+async def test_our_bash_tool_denied_with_reason(tmp_path: Path) -> None:
+    runner = ToolRunner([our_bash(tmp_path)], provider=deny_with("read-only day"))
+    h = Harness(to_adk_tools(runner), [],
+                [[call("execute_bash", "b1", command="echo ran >> side.log")]])
+    await h.ask()
+    assert side(tmp_path) == []
+    assert "read-only day" in h.model.responses_seen()["b1"]["error"]
+
+
+async def test_our_bash_policy_blocks_before_asking(tmp_path: Path) -> None:
+    answers = Answers(Decision.approve())
+    runner = ToolRunner([our_bash(tmp_path)], provider=answers.provider)
+    h = Harness(to_adk_tools(runner), [],
+                [[call("execute_bash", "b1", command="echo ran >> side.log | cat")]])
+    await h.ask()
+    assert answers.asked == []
+    assert side(tmp_path) == []
+    assert h.model.responses_seen()["b1"]["status"] == "blocked"
+
+
+async def test_our_bash_edit_is_rechecked_and_asked_again(tmp_path: Path) -> None:
+    answers = Answers(Decision.edit({"command": "echo edited >> side.log"}), Decision.approve())
+    runner = ToolRunner([our_bash(tmp_path)], provider=answers.provider)
+    h = Harness(to_adk_tools(runner), [],
+                [[call("execute_bash", "b1", command="echo original >> side.log")]])
+    await h.ask()
+    assert side(tmp_path) == ["edited"]
+    assert [r.args["command"] for r in answers.asked] == [
+        "echo original >> side.log", "echo edited >> side.log"]
+    assert answers.asked[1].kind == "edit"
+
+
+async def test_our_bash_edit_to_a_blocked_command_runs_nothing(tmp_path: Path) -> None:
+    answers = Answers(Decision.edit({"command": "echo x >> side.log && echo y >> side.log"}))
+    runner = ToolRunner([our_bash(tmp_path)], provider=answers.provider)
+    h = Harness(to_adk_tools(runner), [],
+                [[call("execute_bash", "b1", command="echo original >> side.log")]])
+    await h.ask()
+    assert side(tmp_path) == []
+    assert h.model.responses_seen()["b1"]["status"] == "blocked"
+
+
+async def test_our_bash_answered_by_the_adk_client_runs_once(tmp_path: Path) -> None:
+    h = Harness([to_adk_tool(our_bash(tmp_path))], [],
+                [[call("execute_bash", "b1", command="echo ran >> side.log")]])
+    await h.ask()
+    [confirmation] = h.confirmation_call_ids()
+    await h.answer(confirmation, confirmed=True)
+    await h.answer(confirmation, confirmed=True)
+    assert side(tmp_path) == ["ran"]

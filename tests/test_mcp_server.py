@@ -29,6 +29,7 @@ from sandbox import ApprovalStore
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 FIXTURES = Path(__file__).parent / "fixtures"
+POLICY = FIXTURES / "mcp_policy.toml"
 REPO = Path(__file__).resolve().parent.parent
 
 Elicit = Callable[[Any, mtypes.ElicitRequestParams], Awaitable[mtypes.ElicitResult]]
@@ -76,12 +77,23 @@ class Server:
     def lines(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
 
+    def bash_lines(self) -> list[str]:
+        side = self.workspace / "side.log"
+        return side.read_text().splitlines() if side.exists() else []
+
     @asynccontextmanager
     async def client(self, human: Elicit | None = None, *, mode: str = "legacy"
                      ) -> AsyncIterator[Client]:
         async with Client(self.params, elicitation_callback=human, mode=mode,
                           read_timeout_seconds=20) as client:
             yield client
+
+
+def bash_server(tmp_path: Path, *args: str) -> Server:
+    server = Server(tmp_path, "--policy", str(POLICY), "--workspace", str(tmp_path / "work"),
+                    *args)
+    (server.workspace / "note.txt").write_text("hello from the workspace\n")
+    return server
 
 
 async def wait_for_pending(store: ApprovalStore) -> list[Any]:
@@ -308,3 +320,68 @@ async def test_queue_without_store_is_a_clear_startup_error(tmp_path: Path) -> N
         check=False)
     assert proc.returncode == 2
     assert b"--approvals queue needs --store FILE" in proc.stderr
+
+
+# -- execute_bash under a policy file --------------------------------------------------
+
+
+async def test_bash_command_needing_no_approval_runs(tmp_path: Path) -> None:
+    server, human = bash_server(tmp_path), Human()
+    async with server.client(human) as client:
+        assert "execute_bash" in {t.name for t in (await client.list_tools()).tools}
+        result = await client.call_tool("execute_bash", {"command": "cat note.txt"})
+    assert outcome(result)["stdout"] == "hello from the workspace\n"
+    assert outcome(result)["returncode"] == 0
+    assert human.asked == []
+
+
+async def test_bash_command_blocked_by_policy_is_never_asked_about(tmp_path: Path) -> None:
+    server, human = bash_server(tmp_path), Human(approve())
+    async with server.client(human) as client:
+        result = await client.call_tool("execute_bash",
+                                        {"command": "echo ran >> side.log | cat"})
+    assert result.is_error
+    assert outcome(result)["status"] == "blocked"
+    assert "'|'" in outcome(result)["error"]
+    assert human.asked == []
+    assert server.bash_lines() == []
+
+
+async def test_bash_command_approved_by_elicitation_runs_once(tmp_path: Path) -> None:
+    server, human = bash_server(tmp_path), Human(approve())
+    async with server.client(human) as client:
+        result = await client.call_tool("execute_bash", {"command": "echo ran >> side.log"})
+    assert outcome(result)["returncode"] == 0
+    [question] = human.asked
+    assert "command: echo ran >> side.log" in question
+    assert server.bash_lines() == ["ran"]
+
+
+async def test_bash_command_declined_with_reason_does_not_run(tmp_path: Path) -> None:
+    declined = mtypes.ElicitResult(action="decline", content={"reason": "no writes today"})
+    server, human = bash_server(tmp_path), Human(declined)
+    async with server.client(human) as client:
+        result = await client.call_tool("execute_bash", {"command": "echo ran >> side.log"})
+    assert outcome(result)["status"] == "denied"
+    assert "no writes today" in outcome(result)["error"]
+    assert server.bash_lines() == []
+
+
+async def test_bash_approval_that_never_comes_times_out(tmp_path: Path) -> None:
+    server, human = bash_server(tmp_path, "--approval-timeout", "1"), Human(None)
+    async with server.client(human) as client:
+        result = await client.call_tool("execute_bash", {"command": "echo ran >> side.log"})
+        human.release.set()
+    assert outcome(result)["status"] == "timed_out"
+    assert "timed out" in outcome(result)["error"]
+    assert server.bash_lines() == []
+
+
+async def test_bash_over_a_modern_connection(tmp_path: Path) -> None:
+    server, human = bash_server(tmp_path), Human(approve(), deny("enough"))
+    async with server.client(human, mode="auto") as client:
+        ran = await client.call_tool("execute_bash", {"command": "echo ran >> side.log"})
+        refused = await client.call_tool("execute_bash", {"command": "echo again >> side.log"})
+    assert outcome(ran)["returncode"] == 0
+    assert "enough" in outcome(refused)["error"]
+    assert server.bash_lines() == ["ran"]

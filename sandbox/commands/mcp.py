@@ -113,15 +113,9 @@ def build_gate(args: argparse.Namespace) -> Any:
 
 def _bash_tool(policy_path: str, workspace: str) -> Any:
     from ..bash.policy import BashToolPolicy
+    from ..bash.tool import ExecuteBashTool
     from ..errors import ConfigurationError
 
-    try:
-        from ..bash.tool import ExecuteBashTool  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        raise ConfigurationError(
-            "execute_bash is not available in this build of sandbox (sandbox.bash.tool is "
-            "missing); serve your own tools with --tools"
-        ) from None
     root = Path(workspace).expanduser()
     if not root.is_dir():
         raise ConfigurationError(f"--workspace {workspace!r} is not a directory")
