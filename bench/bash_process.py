@@ -137,9 +137,7 @@ async def _yes_rss(workspace: Path, seconds: float, cap: int) -> None:
 
     sampler = threading.Thread(target=sample)
     sampler.start()
-    result = await run_bash(
-        "yes", cwd=workspace, env=ENV, timeout=seconds, max_output_bytes=cap
-    )
+    result = await run_bash("yes", cwd=workspace, env=ENV, timeout=seconds, max_output_bytes=cap)
     stop.set()
     sampler.join()
     mib = 1 << 20

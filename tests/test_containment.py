@@ -239,8 +239,9 @@ async def test_timeout_kills_every_escape_and_keeps_the_output(
 async def test_fork_bomb_is_bounded_by_max_child_processes_and_killed_at_timeout(
     containment: str, marker: Marker, tmp_path: Path
 ) -> None:
-    # Every bomb process is a bash fork whose cmdline still holds the marker comment.
-    command = f": {marker.token}; bomb() {{ bomb | bomb & }}; bomb"
+    # Every bomb process is a bash fork whose cmdline still holds the marker comment;
+    # each waits for its two children, so the bomb grows until the limit and stays.
+    command = f": {marker.token}; bomb() {{ bomb | bomb; }}; bomb"
     result, elapsed, _ = await _run(
         command,
         tmp_path,
@@ -248,6 +249,7 @@ async def test_fork_bomb_is_bounded_by_max_child_processes_and_killed_at_timeout
         containment=containment,
         limits=Limits(max_child_processes=30),
     )
+    assert result.timed_out
     assert elapsed < 2.5
     assert result.nproc_enforcement == "pids-cgroup"
     assert _no_survivors(marker) == []
@@ -257,7 +259,7 @@ async def test_fork_bomb_is_bounded_by_max_child_processes_and_killed_at_timeout
 async def test_fork_bomb_never_exceeds_the_process_limit(marker: Marker, tmp_path: Path) -> None:
     if not PIDS_CGROUP:
         pytest.skip("no pids cgroup here")
-    command = f": {marker.token}; bomb() {{ bomb | bomb & }}; bomb"
+    command = f": {marker.token}; bomb() {{ bomb | bomb; }}; bomb"
     peak = 0
 
     async def watch() -> None:

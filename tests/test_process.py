@@ -389,7 +389,9 @@ async def test_missing_bash_is_a_clear_error(
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("name", ["BASH_ENV", "SHELLOPTS", "BASH_FUNC_echo%%", "LD_PRELOAD"])
+@pytest.mark.parametrize(
+    "name", ["BASH_ENV", "SHELLOPTS", "BASH_FUNC_builtin%%", "LD_PRELOAD", "LD_LIBRARY_PATH"]
+)
 async def test_environment_that_runs_code_at_startup_is_refused(tmp_path: Path, name: str) -> None:
     with pytest.raises(ConfigurationError, match=f"env sets {name}"):
         await bash("true", tmp_path, env={name: "x"})

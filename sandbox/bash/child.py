@@ -70,9 +70,10 @@ def shell_prologue(setup: ChildSetup, *, posix_mode: bool = False) -> str:
     same line after `;`, so a syntax error anywhere in that first line stops bash before
     it runs anything at all. What bash could run *before* it is code it runs at
     startup: `BASH_ENV`, exported functions (`BASH_FUNC_*`, which could also redefine
-    `builtin`), `SHELLOPTS` (xtrace expanding `PS4`) or `BASHOPTS`, and a library
-    preloaded by the loader (`LD_PRELOAD`, `LD_AUDIT`); the process layer refuses
-    environments that set any of them. `>|` writes even under `noclobber`.
+    `builtin`), `SHELLOPTS` (xtrace expanding `PS4`) or `BASHOPTS`, and libraries the
+    loader is told to load (`LD_PRELOAD`, `LD_AUDIT`, `LD_LIBRARY_PATH`, any `LD_*`);
+    the process layer refuses environments that set any of them. `>|` writes even
+    under `noclobber`.
 
     Limits are rounded down to bash's units (KiB for memory, 1 KiB or, in POSIX mode,
     512-byte blocks for file size): never looser than asked. If any step fails, bash

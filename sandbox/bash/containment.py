@@ -225,6 +225,10 @@ class PidNamespaceTree(Tree):
     the shell, and the death of a namespace's init kills every other process in it. No
     process can leave a PID namespace. Host /proc stays mounted, so processes outside
     are still visible by pid (reading their files still needs the usual permissions).
+
+    A quirk a user can notice: as a namespace's init, the shell ignores signals it has
+    no handler for when they come from inside the namespace, so `kill -9 $$` or
+    `kill $$` in the command does not end it.
     """
 
     name = "pidns"

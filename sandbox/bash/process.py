@@ -63,10 +63,13 @@ KILL_GRACE = 2.0
 # Linux refuses a single argv string of 128 KiB or more (MAX_ARG_STRLEN), with E2BIG.
 MAX_ARG_STRLEN = 128 * 1024
 # Environment variables that make bash or the dynamic loader run code at startup,
-# before the first line of the command (and so before the containment prologue).
-STARTUP_CODE_VARIABLES = frozenset(
-    {"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "LD_PRELOAD", "LD_AUDIT"}
-)
+# before the first line of the command (and so before the containment prologue):
+# sourced files, exported functions, xtrace expanding PS4, and any LD_* variable
+# (LD_LIBRARY_PATH into the workspace would let one command plant a library that runs
+# at the start of the next, uncontained). A command can still set them for what it
+# runs (`export LD_LIBRARY_PATH=...; prog`): that happens after the prologue.
+STARTUP_CODE_VARIABLES = frozenset({"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "GCONV_PATH"})
+STARTUP_CODE_PREFIXES = ("BASH_FUNC_", "LD_")
 NOBODY = 65534
 
 
@@ -254,9 +257,11 @@ class BashProcess:
         try:
             info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
-            # Reaped behind our back (a waitpid(-1) child watcher): it is gone.
-            info = True  # type: ignore[assignment]
-        self._exited = info is not None
+            # Reaped behind our back, by a waitpid(-1) child watcher (asyncio's legacy
+            # Safe/FastChildWatcher): it is gone, and Popen will report status 0.
+            self._exited = True
+        else:
+            self._exited = info is not None
         return self._exited
 
     async def wait_exited(self) -> None:
@@ -305,10 +310,11 @@ def _check_cwd(cwd: Path) -> str:
 
 def _check_env(env: Mapping[str, str]) -> None:
     for name, value in env.items():
-        if name in STARTUP_CODE_VARIABLES or name.startswith("BASH_FUNC_"):
+        if name in STARTUP_CODE_VARIABLES or name.startswith(STARTUP_CODE_PREFIXES):
             raise ConfigurationError(
                 f"env sets {name}, which makes bash or the loader run code at startup, "
-                "before the sandbox's containment takes effect; remove it from env"
+                "before the sandbox's containment takes effect; remove it from env (a "
+                f"command may still set it for its own programs: export {name}=...; ...)"
             )
         if not isinstance(name, str) or not isinstance(value, str):
             raise ConfigurationError(f"env must map str to str, got {name!r}: {value!r}")
@@ -587,6 +593,10 @@ def detect_protections() -> dict[str, Any]:
         report["exit_detection"] = "pidfd"
     except (AttributeError, OSError) as e:
         report["exit_detection"] = f"polling waitid ({getattr(e, 'strerror', e)})"
+    report["setup_in_child"] = (
+        "builtin-only shell prologue (cgroup placement, ulimit) before the command; "
+        "preexec_fn only with drop_privileges"
+    )
     report["rlimits"] = {
         "RLIMIT_AS": "enforced (can be raised again by a root command)" if root else "enforced",
         "RLIMIT_FSIZE": "enforced (can be raised again by a root command)" if root else "enforced",
