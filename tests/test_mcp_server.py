@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -31,8 +31,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 FIXTURES = Path(__file__).parent / "fixtures"
 POLICY = FIXTURES / "mcp_policy.toml"
 REPO = Path(__file__).resolve().parent.parent
-
-Elicit = Callable[[Any, mtypes.ElicitRequestParams], Awaitable[mtypes.ElicitResult]]
 
 
 class Human:
@@ -82,7 +80,7 @@ class Server:
         return side.read_text().splitlines() if side.exists() else []
 
     @asynccontextmanager
-    async def client(self, human: Elicit | None = None, *, mode: str = "legacy"
+    async def client(self, human: Human | None = None, *, mode: str = "legacy"
                      ) -> AsyncIterator[Client]:
         async with Client(self.params, elicitation_callback=human, mode=mode,
                           read_timeout_seconds=20) as client:
@@ -227,7 +225,7 @@ async def test_modern_retry_replayed_or_forged_runs_nothing_twice(tmp_path: Path
         assert isinstance(first, mtypes.InputRequiredResult)
         assert first.input_requests and first.request_state
         [key] = first.input_requests
-        answer = {key: approve()}
+        answer: mtypes.InputResponses = {key: approve()}
         done = await client.session.call_tool("wipe", {"target": "prod"},
                                               input_responses=answer,
                                               request_state=first.request_state)
@@ -255,9 +253,10 @@ async def test_modern_answer_after_the_timeout_is_recorded_as_timed_out(
                                                allow_input_required=True)
         assert isinstance(first, mtypes.InputRequiredResult) and first.input_requests
         await anyio.sleep(1)
+        answers: mtypes.InputResponses = {key: approve() for key in first.input_requests}
         late = await client.session.call_tool(
             "wipe", {"target": "prod"}, request_state=first.request_state,
-            input_responses={key: approve() for key in first.input_requests})
+            input_responses=answers)
     assert outcome(late)["status"] == "timed_out"
     assert server.lines() == []
 

@@ -51,6 +51,7 @@ from ..tools.base import BaseTool
 __all__ = [
     "APPROVAL_FORM",
     "ElicitationProvider",
+    "GatedToolServer",
     "build_server",
     "decision_from_elicitation",
     "serve_stdio",
