@@ -22,6 +22,7 @@ EPILOG = """examples:
   sandbox doctor                                 protections active on this machine
   sandbox approvals serve --store approvals.db   web page for pending approvals
   sandbox audit verify audit.jsonl               check the hash chain
+  sandbox mcp --policy policies/readonly.toml    serve execute_bash to an MCP client (stdio)
 """
 
 
