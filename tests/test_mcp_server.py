@@ -288,7 +288,7 @@ async def test_client_without_elicitation_gets_the_deny_provider(tmp_path: Path)
     assert server.lines() == []
 
 
-async def test_queue_waits_for_an_answer_recorded_in_the_store(tmp_path: Path) -> None:
+async def test_queue_waits_for_an_answer_from_the_approvals_cli(tmp_path: Path) -> None:
     db = tmp_path / "approvals.db"
     server = Server(tmp_path, "--approvals", "queue", "--store", str(db),
                     "--no-elicitation")
@@ -304,8 +304,11 @@ async def test_queue_waits_for_an_answer_recorded_in_the_store(tmp_path: Path) -
             store = ApprovalStore(db)
             [request] = await wait_for_pending(store)
             assert request.tool == "wipe" and request.args == {"target": "prod"}
-            store.submit_answer(request.id, {"outcome": "approve"}, decided_by="ops",
-                                channel="cli")
+            # The human answers from another process: the approvals CLI.
+            answered = await anyio.run_process(
+                [sys.executable, "-m", "sandbox", "approvals", "approve", request.id,
+                 "--store", str(db)], check=False)
+            assert answered.returncode == 0, answered.stderr
     assert outcome(results[0]) == {"wiped": "prod"}
     assert human.asked == []
     assert server.lines() == ["wiped prod"]
