@@ -26,6 +26,21 @@ arguments (`args_digest`), recorded in an `ApprovalStore`; a grant is used once.
 When the provider leaves a request pending (no provider, or ``on_timeout="pending"``),
 ADK's own round trip takes over: ADK emits its ``adk_request_confirmation`` call, and
 the client's answer is applied to that same stored request, once.
+
+Usage::
+
+    from google.adk.apps import App
+    from google.adk.tools import FunctionTool
+    from sandbox import CallbackConfirmationProvider, ExecuteBashTool, ToolRunner
+    from sandbox.integrations.adk import ApprovalPlugin, to_adk_tools
+
+    ours = ToolRunner([ExecuteBashTool(workspace=ws, policy=policy)], provider=my_provider)
+    agent = LlmAgent(name="ops", model=..., tools=[
+        FunctionTool(drop_table, require_confirmation=True),  # ADK's, answered by the plugin
+        *to_adk_tools(ours),                                   # ours, behind our runner
+    ])
+    app = App(name="ops", root_agent=agent,
+              plugins=[ApprovalPlugin(CallbackConfirmationProvider(ask_in_my_ui))])
 """
 
 from __future__ import annotations
