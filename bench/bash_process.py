@@ -1,7 +1,7 @@
 """Micro-benchmark of the bash process layer (sandbox.bash.process.run_bash).
 
-Prints one table, medians over interleaved rounds (so that machine noise hits every
-variant alike):
+Prints one table, medians over rounds that run every variant in a shuffled order (so
+that machine noise hits every variant alike):
 
     .venv/bin/python bench/bash_process.py [--rounds 200]
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import resource
 import statistics
 import subprocess
@@ -96,8 +97,10 @@ async def _table(rounds: int, workspace: Path) -> None:
     for fn in variants.values():  # warm up: detection, imports, page cache
         for _ in range(3):
             await fn()
+    order = list(variants.items())
     for _ in range(rounds):
-        for name, fn in variants.items():
+        random.shuffle(order)  # no variant always follows the same one
+        for name, fn in order:
             started = time.perf_counter()
             await fn()
             samples[name].append((time.perf_counter() - started) * 1e6)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shutil
@@ -43,6 +44,28 @@ def our_cgroup_dirs() -> list[Path]:
         if base is not None:
             found += sorted(base.path.glob(f"sandbox-{os.getpid()}-*"))
     return found
+
+
+@pytest.fixture(autouse=True)
+def sleep_marker() -> Iterator[str]:
+    """A unique duration for long `sleep`s in a test (`sleep 1000.<digits>`); any such
+    process still alive at teardown is killed by pid, also when the test failed."""
+    marker = f"1000.{time.monotonic_ns() % 10**12:012d}"
+    try:
+        yield marker
+    finally:
+        for pid in os.listdir("/proc"):
+            if pid.isdigit() and marker.encode() in _cmdline(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 # ------------------------------------------------------------------ bounded capture
@@ -136,17 +159,21 @@ async def test_signal_death_is_a_negative_returncode(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
-async def test_shell_exit_is_detected_without_waiting_for_background_jobs(tmp_path: Path) -> None:
+async def test_shell_exit_is_detected_without_waiting_for_background_jobs(
+    tmp_path: Path, sleep_marker: str
+) -> None:
     started = time.monotonic()
-    result = await bash("sleep 300 & echo hi", tmp_path, timeout=60)
+    result = await bash(f"sleep {sleep_marker} & echo hi", tmp_path, timeout=60)
     assert time.monotonic() - started < 2
     assert result.stdout == "hi\n"
     assert result.killed_processes == 1
 
 
 @pytest.mark.anyio
-async def test_timeout_returns_the_output_produced_so_far(tmp_path: Path) -> None:
-    result = await bash("echo before; echo err >&2; sleep 30", tmp_path, timeout=0.5)
+async def test_timeout_returns_the_output_produced_so_far(
+    tmp_path: Path, sleep_marker: str
+) -> None:
+    result = await bash(f"echo before; echo err >&2; sleep {sleep_marker}", tmp_path, timeout=0.5)
     assert result.timed_out
     assert result.returncode == -signal.SIGKILL
     assert (result.stdout, result.stderr) == ("before\n", "err\n")
@@ -202,8 +229,10 @@ async def test_nproc_enforcement_is_reported(tmp_path: Path) -> None:
 @pytest.mark.skipif(
     not containment.availability("pids", find_bash()).available, reason="no pids cgroup here"
 )
-async def test_max_child_processes_bounds_processes_even_as_root(tmp_path: Path) -> None:
-    marker = f"1000.{os.getpid()}{time.monotonic_ns() % 10**9}"
+async def test_max_child_processes_bounds_processes_even_as_root(
+    tmp_path: Path, sleep_marker: str
+) -> None:
+    marker = sleep_marker
     peak = 0
 
     async def count_sleeps() -> None:
@@ -268,15 +297,17 @@ async def test_file_size_limit_is_never_looser_than_asked_in_posix_mode(tmp_path
 
 
 @pytest.mark.anyio
-async def test_cgroups_are_removed_after_every_run(tmp_path: Path) -> None:
-    await bash("sleep 300 & setsid -f sleep 301; true", tmp_path)
-    await bash("sleep 30", tmp_path, timeout=0.2, limits=Limits(max_child_processes=5))
+async def test_cgroups_are_removed_after_every_run(tmp_path: Path, sleep_marker: str) -> None:
+    await bash(f"sleep {sleep_marker} & setsid -f sleep {sleep_marker}; true", tmp_path)
+    await bash(f"sleep {sleep_marker}", tmp_path, timeout=0.2, limits=Limits(max_child_processes=5))
     assert our_cgroup_dirs() == []
 
 
 @pytest.mark.anyio
-async def test_cancellation_kills_the_tree_and_removes_the_cgroups(tmp_path: Path) -> None:
-    marker = f"1000.{os.getpid()}{int(time.monotonic() * 1000) % 100000}"
+async def test_cancellation_kills_the_tree_and_removes_the_cgroups(
+    tmp_path: Path, sleep_marker: str
+) -> None:
+    marker = sleep_marker
     with anyio.move_on_after(0.5):
         await bash(f"setsid -f sleep {marker}; sleep {marker}", tmp_path, timeout=None)
     await anyio.sleep(0.05)
@@ -289,20 +320,12 @@ async def test_cancellation_kills_the_tree_and_removes_the_cgroups(tmp_path: Pat
     assert our_cgroup_dirs() == []
 
 
-def _cmdline(pid: str) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
-
 @pytest.mark.anyio
-async def test_concurrent_runs_are_independent(tmp_path: Path) -> None:
+async def test_concurrent_runs_are_independent(tmp_path: Path, sleep_marker: str) -> None:
     results: dict[int, ProcessResult] = {}
 
     async def one(i: int) -> None:
-        results[i] = await bash(f"sleep 0.{i}; echo {i}; sleep 300 &", tmp_path)
+        results[i] = await bash(f"sleep 0.{i}; echo {i}; sleep {sleep_marker} &", tmp_path)
 
     async with anyio.create_task_group() as tg:
         for i in range(1, 6):
@@ -314,14 +337,14 @@ async def test_concurrent_runs_are_independent(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_exit_is_detected_by_polling_without_pidfd(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleep_marker: str
 ) -> None:
     def no_pidfd(pid: int) -> int:
         raise OSError(38, "Function not implemented")
 
     monkeypatch.setattr(os, "pidfd_open", no_pidfd)
     started = time.monotonic()
-    result = await bash("sleep 300 & echo hi", tmp_path)
+    result = await bash(f"sleep {sleep_marker} & echo hi", tmp_path)
     assert result.stdout == "hi\n"
     assert time.monotonic() - started < 2
 
