@@ -200,10 +200,12 @@ async def test_invalid_utf8_is_replaced_not_fatal(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
-async def test_limits_are_set_as_soft_and_hard_rlimits(tmp_path: Path) -> None:
+@pytest.mark.parametrize("rlimits_via", ["preexec_fn", "prologue"])
+async def test_limits_are_set_as_soft_and_hard_rlimits(tmp_path: Path, rlimits_via: str) -> None:
     limits = Limits(max_memory_bytes=512 * 2**20, max_file_size_bytes=2**20, max_child_processes=50)
     command = "ulimit -Sv; ulimit -Hv; ulimit -Sf; ulimit -Hf; ulimit -Su; ulimit -Hu; ulimit -c"
-    result = await bash(command, tmp_path, limits=limits)
+    result = await run_bash(command, cwd=tmp_path, env=ENV, timeout=10, limits=limits,
+                            rlimits_via=rlimits_via)
     # bash prints -v in KiB, -f in 1024-byte blocks
     assert result.stdout.split() == ["524288", "524288", "1024", "1024", "50", "50", "0"]
 

@@ -410,6 +410,7 @@ async def run_bash(
     max_output_bytes: int = 1 << 20,
     drop_privileges: bool = False,
     containment: str = "auto",
+    rlimits_via: str = "preexec_fn",
 ) -> ProcessResult:
     """Run `bash --norc --noprofile -c command` and return what happened.
 
@@ -436,6 +437,10 @@ async def run_bash(
         raise ConfigurationError(f"timeout must be > 0 seconds or None, got {timeout}")
     if max_output_bytes < 0:
         raise ConfigurationError(f"max_output_bytes must be >= 0, got {max_output_bytes}")
+    if rlimits_via not in ("preexec_fn", "prologue"):
+        raise ConfigurationError(
+            f"rlimits_via must be 'preexec_fn' or 'prologue', got {rlimits_via!r}"
+        )
     if containment != "auto" and containment not in MECHANISMS:
         raise ConfigurationError(
             f"unknown containment {containment!r}; use 'auto' or one of {', '.join(MECHANISMS)}"
@@ -456,8 +461,10 @@ async def run_bash(
             ChildSetup(rlimits=rlimits, uid=uid, gid=gid),
         )
         # Placement must precede an identity change, which a prologue running in the
-        # unprivileged shell cannot do: only then is a preexec_fn (and fork) needed.
-        preexec = preexec_fn(setup) if uid is not None else None
+        # unprivileged shell cannot do; rlimits go through preexec_fn unless the caller
+        # chose the prologue. With neither, the spawn keeps CPython's vfork fast path.
+        use_preexec = uid is not None or (bool(rlimits) and rlimits_via == "preexec_fn")
+        preexec = preexec_fn(setup) if use_preexec else None
         if limits.max_child_processes is not None:
             # pids.max also counts the shell itself.
             tree.limit_processes(
@@ -594,8 +601,9 @@ def detect_protections() -> dict[str, Any]:
     except (AttributeError, OSError) as e:
         report["exit_detection"] = f"polling waitid ({getattr(e, 'strerror', e)})"
     report["setup_in_child"] = (
-        "builtin-only shell prologue (cgroup placement, ulimit) before the command; "
-        "preexec_fn only with drop_privileges"
+        "cgroup placement by a builtin-only shell prologue (no preexec_fn, vfork fast "
+        "path); rlimits through preexec_fn when any limit is set (rlimits_via="
+        "'prologue' uses bash's ulimit instead); preexec_fn always with drop_privileges"
     )
     report["rlimits"] = {
         "RLIMIT_AS": "enforced (can be raised again by a root command)" if root else "enforced",

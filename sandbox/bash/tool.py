@@ -17,7 +17,7 @@ from ..tools.base import BaseTool, ToolArgumentError
 from ..tools.context import ToolContext
 from .parse import escape_controls
 from .policy import BashToolPolicy
-from .process import Limits, run_bash
+from .process import Limits, _unprivileged_identity, run_bash
 
 
 class ExecuteBashTool(BaseTool):
@@ -69,11 +69,31 @@ class ExecuteBashTool(BaseTool):
         )
         self.workspace = workspace.resolve()
         self.policy = policy
+        self._identity: tuple[int, int] = (os.geteuid(), os.getegid())
+        self._drop = self._decide_privileges(policy.drop_privileges)
         self._limits = Limits(
             max_memory_bytes=policy.max_memory_bytes,
             max_file_size_bytes=policy.max_file_size_bytes,
             max_child_processes=policy.max_child_processes,
         )
+
+    def _decide_privileges(self, wanted: bool | None) -> bool:
+        """Whether commands run as an unprivileged user.
+
+        ``True`` requires it (and fails here, with the fix, when the workspace does not
+        allow it); ``False`` keeps the agent's identity; ``None`` drops root when the
+        workspace allows it and otherwise keeps root, saying so in every result
+        (``"privileges"``) and in `sandbox doctor`.
+        """
+        if wanted is False or os.geteuid() != 0:
+            return False
+        try:
+            self._identity = _unprivileged_identity(str(self.workspace))
+        except ConfigurationError:
+            if wanted:
+                raise
+            return False
+        return True
 
     # -- declaration -----------------------------------------------------------------
 
@@ -158,7 +178,6 @@ class ExecuteBashTool(BaseTool):
         for name in self.policy.inherit_env:
             if name in os.environ:
                 env[name] = os.environ[name]
-        drop = self.policy.drop_privileges
         try:
             outcome = await run_bash(
                 command,
@@ -167,7 +186,8 @@ class ExecuteBashTool(BaseTool):
                 timeout=self.policy.timeout_seconds,
                 limits=self._limits,
                 max_output_bytes=self.policy.max_output_bytes,
-                drop_privileges=bool(drop),
+                drop_privileges=self._drop,
+                rlimits_via=getattr(self.policy, "rlimits_via", "preexec_fn"),
             )
         except (ConfigurationError, OSError) as exc:
             return {"error": f"Execution failed: {exc}", "stdout": "", "stderr": "",
@@ -180,6 +200,8 @@ class ExecuteBashTool(BaseTool):
             "truncated": outcome.truncated,
             "duration_ms": round(outcome.duration_ms, 3),
             "containment": outcome.containment,
+            "privileges": f"uid {self._identity[0]}" if self._drop else (
+                "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"),
         }
         if outcome.truncated:
             result["stdout_bytes_dropped"] = outcome.stdout_bytes_dropped
