@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -94,7 +93,8 @@ async def _part_deferred(root: Path, db: Path) -> None:
     first = await runner.call("wipe", {"scope": "prod"}, call_id="demo-call-1")
     _show("call", first)
     # A separate process (think: a web page, a queue consumer, hours later) answers.
-    subprocess.run([sys.executable, "-c", _APPROVER, str(db)], check=True)
+    await anyio.run_process([sys.executable, "-c", _APPROVER, str(db)], check=True,
+                            stdout=None, stderr=None)
     # A fresh runner on the same file stands in for the agent after a restart.
     later = ToolRunner(tools=[make_wipe_tool(root)], store_path=str(db))
     _show("resume", await later.resume(first["confirmation_id"]))

@@ -1,0 +1,224 @@
+"""The bash sandbox, end to end, against Google ADK's `ExecuteBashTool` — one run, one table.
+
+    .venv/bin/python bench/bash.py [--rounds 200] [--yes-seconds 5]
+
+1. `true` through our `ExecuteBashTool.run_async` (confirmation pre-supplied) with all
+   three limits and with none, vs ADK 2.13's `ExecuteBashTool` (confirmation
+   pre-supplied; ADK runs no shell, so its command is `bash -c true`), vs
+   `subprocess.run(['bash', '-c', 'true'])`. Rounds run every variant in a shuffled
+   order so that machine noise falls on all of them alike.
+2. `BashToolPolicy.check` for a one-liner, a pipeline and a 2 KB script.
+3. For each escape, the time from the deadline to the call's return.
+4. Peak RSS growth of this process while the tool captures 5 s of `yes`.
+
+Goals (issue "ExecuteBashTool"): with limits ≤ 0.9x ADK, without ≤ 0.6x ADK; check ≤ 20 µs
+median for a one-liner and ≤ 1 ms for 2 KB; return ≤ timeout + 100 ms for every escape;
+RSS growth ≤ 2 x the output cap + 16 MiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import types
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil  # type: ignore[import-untyped, unused-ignore]
+
+from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
+
+LIMITS = {"max_memory_bytes": 1 << 30, "max_file_size_bytes": 1 << 30,
+          "max_child_processes": 64}
+CTX = ToolContext(function_call_id="bench", tool_confirmation=ToolConfirmation(confirmed=True))
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def _adk(workspace: Path) -> Callable[[], Awaitable[Any]] | None:
+    try:
+        from google.adk.tools.bash_tool import BashToolPolicy as AdkPolicy
+        from google.adk.tools.bash_tool import ExecuteBashTool as AdkTool
+        from google.adk.tools.tool_confirmation import ToolConfirmation as AdkConfirmation
+    except ImportError:
+        return None
+    tool = AdkTool(workspace=workspace, policy=AdkPolicy(**LIMITS))  # type: ignore[arg-type]
+    ctx = types.SimpleNamespace(tool_confirmation=AdkConfirmation(confirmed=True))
+
+    async def run() -> Any:
+        return await tool.run_async(args={"command": "bash -c true"}, tool_context=ctx)  # type: ignore[arg-type]
+
+    return run
+
+
+def _ours(workspace: Path, limits: bool) -> Callable[[], Awaitable[Any]]:
+    policy = BashToolPolicy(**LIMITS) if limits else BashToolPolicy()  # type: ignore[arg-type]
+    tool = ExecuteBashTool(workspace=workspace, policy=policy)
+
+    async def run() -> Any:
+        result = await tool.run_async(args={"command": "true"}, tool_context=CTX)
+        assert result["returncode"] == 0, result
+        return result
+
+    return run
+
+
+async def _spawn_table(rounds: int, workspace: Path) -> None:
+    async def plain() -> Any:
+        return subprocess.run(["bash", "-c", "true"], check=False)
+
+    variants: dict[str, Callable[[], Awaitable[Any]]] = {
+        "ours, 3 limits": _ours(workspace, True),
+        "ours, no limits": _ours(workspace, False),
+        "subprocess.run(['bash','-c','true'])": plain,
+    }
+    adk = _adk(workspace)
+    if adk is not None:
+        variants["ADK 2.13 ExecuteBashTool, 3 limits"] = adk
+    for fn in variants.values():
+        for _ in range(5):
+            await fn()
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    order = list(variants.items())
+    for _ in range(rounds):
+        random.shuffle(order)
+        for name, fn in order:
+            started = time.perf_counter()
+            await fn()
+            samples[name].append((time.perf_counter() - started) * 1e6)
+    medians = {name: statistics.median(xs) for name, xs in samples.items()}
+    adk_median = medians.get("ADK 2.13 ExecuteBashTool, 3 limits")
+    goals = {"ours, 3 limits": 0.9, "ours, no limits": 0.6}
+    print(f"1. `true` end to end ({rounds} rounds, shuffled; load average "
+          f"{os.getloadavg()[0]:.2f})")
+    print(f"   {'variant':40} {'median µs':>10} {'p90 µs':>10} {'x ADK':>7}  goal")
+    for name, xs in samples.items():
+        p90 = statistics.quantiles(xs, n=10)[-1]
+        ratio = medians[name] / adk_median if adk_median else float("nan")
+        goal = ""
+        if name in goals and adk_median:
+            goal = f"≤ {goals[name]}x ADK: {_verdict(ratio <= goals[name])}"
+        print(f"   {name:40} {medians[name]:10.0f} {p90:10.0f} {ratio:7.2f}  {goal}")
+
+
+SCRIPT_2KB = "\n".join(
+    [
+        'for f in *.py; do wc -l "$f" | sort -n; done',
+        "if [ -d src ]; then ls -la src | grep -v '^total' | head -n 20; fi",
+        'case "$1" in start) echo starting ;; stop) echo stopping ;; *) echo "usage" ;; esac',
+        "git log --oneline -n 5 | cat",
+        "cat README.md | grep -i 'install' | head -3",
+        'echo "$(date +%s) done" && ls -1 | wc -l',
+    ]
+    * 8
+)[:2048]
+
+
+def _check_table() -> None:
+    policy = BashToolPolicy(allowed_command_prefixes=(
+        "ls", "cat", "echo", "git status", "git log", "wc", "sort", "grep", "head", "date",
+        "[", "cd"))
+    cases = [
+        ("one-liner `git status`", "git status", 20.0),
+        ("pipeline (60 chars)", "git log --oneline -n 20 | grep -i fix | sort | head -n 5", None),
+        (f"script ({len(SCRIPT_2KB)} bytes)", SCRIPT_2KB, 1000.0),
+    ]
+    print()
+    print("2. BashToolPolicy.check")
+    print(f"   {'input':40} {'median µs':>10} {'p90 µs':>10}  goal")
+    for label, command, goal in cases:
+        policy.check(command)
+        xs = []
+        n = 3000 if len(command) < 200 else 300
+        for _ in range(n):
+            started = time.perf_counter()
+            policy.check(command)
+            xs.append((time.perf_counter() - started) * 1e6)
+        median = statistics.median(xs)
+        p90 = statistics.quantiles(xs, n=10)[-1]
+        verdict = f"≤ {goal:g} µs: {_verdict(median <= goal)}" if goal else ""
+        print(f"   {label:40} {median:10.1f} {p90:10.1f}  {verdict}")
+
+
+ESCAPES = [
+    ("setsid sleep", "setsid sleep 300; sleep 300"),
+    ("setsid -f", "setsid -f sleep 301; sleep 300"),
+    ("double-forked daemon", "(setsid sleep 302 &) ; sleep 300"),
+    ("background job holding stdout", "sleep 303 & sleep 300"),
+    ("fork bomb", "b() { b | b & }; b"),
+    ("read from stdin", "cat; sleep 300"),
+    ("yes", "yes"),
+    ("multi-GB cat", "head -c 4G /dev/zero | cat"),
+]
+
+
+async def _escape_table(workspace: Path, timeout: float) -> None:  # noqa: ASYNC109
+    policy = BashToolPolicy(timeout_seconds=timeout, **LIMITS)  # type: ignore[arg-type]
+    tool = ExecuteBashTool(workspace=workspace, policy=policy)
+    print()
+    print(f"3. escapes, timeout {timeout:g} s: time from the deadline to the return")
+    print(f"   {'escape':32} {'returned after ms':>18} {'past deadline ms':>17}  goal ≤ 100 ms")
+    for label, command in ESCAPES:
+        started = time.perf_counter()
+        result = await tool.run_async(args={"command": command}, tool_context=CTX)
+        elapsed = (time.perf_counter() - started) * 1000
+        over = elapsed - timeout * 1000
+        ok = over <= 100
+        note = "" if result.get("timed_out") else f" (ended by itself, rc={result['returncode']})"
+        print(f"   {label:32} {elapsed:18.1f} {over:17.1f}  {_verdict(ok)}{note}")
+
+
+async def _yes_rss(workspace: Path, seconds: float) -> None:
+    cap = 1 << 20
+    policy = BashToolPolicy(timeout_seconds=seconds, max_output_bytes=cap)
+    tool = ExecuteBashTool(workspace=workspace, policy=policy)
+    process = psutil.Process()
+    before = process.memory_info().rss
+    peak = before
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.wait(0.01):
+            peak = max(peak, process.memory_info().rss)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    result = await tool.run_async(args={"command": "yes"}, tool_context=CTX)
+    stop.set()
+    sampler.join()
+    mib = 1 << 20
+    growth = (peak - before) / mib
+    bound = 2 * cap / mib + 16
+    print()
+    print(f"4. `yes` for {seconds:g} s with a {cap // 1024} KiB cap per stream: "
+          f"{result.get('stdout_bytes_dropped', 0) / mib:.0f} MiB dropped, peak RSS growth "
+          f"{growth:.1f} MiB (goal ≤ {bound:.0f} MiB: {_verdict(growth <= bound)})")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--timeout", type=float, default=1.0)
+    parser.add_argument("--yes-seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        workspace = Path(tmp)
+        await _spawn_table(args.rounds, workspace)
+        _check_table()
+        await _escape_table(workspace, args.timeout)
+        await _yes_rss(workspace, args.yes_seconds)
+
+
+if __name__ == "__main__":
+    anyio.run(main)
