@@ -213,9 +213,18 @@ class ApprovalStore:
                     f"cannot open approval store {self.path}: directory "
                     f"{self.path.parent} does not exist; create it first"
                 )
-            # The store decides what may run: keep it private to this user.
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-            os.close(fd)
+            # The store decides what may run: keep it private to this user. Create it
+            # only if it is missing: closing any descriptor of a file drops every POSIX
+            # lock this process holds on it, so opening and closing an existing store
+            # would silently release the SQLite locks of this process's other
+            # connections (another process could then checkpoint and delete the WAL
+            # under them, and the processes would see diverging data).
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                pass
+            else:
+                os.close(fd)
         try:
             self._db = sqlite3.connect(
                 target, timeout=busy_timeout, isolation_level=None, check_same_thread=False
