@@ -152,6 +152,7 @@ def _run(args: argparse.Namespace, fn: Any) -> int:
             print(f"sandbox approvals: {exc.message}", file=sys.stderr)
         return exc.code
     if getattr(args, "json", False):
+        result.pop("text", None)
         print(json.dumps({"ok": True, **result}, default=str))
     else:
         print(result.pop("text"))
