@@ -132,9 +132,41 @@ def compound(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
     return st.one_of(pair, wrapped)
 
 
+# Multi-line scripts of pipelines and lists: tree-sitter-bash 0.25.1 joins the
+# line after `a | b | c` to it when that line holds `||` or `&&`.
+
+
+# A line may start with a forbidden program: a parser that joins it to the line
+# before lets it through as mere arguments.
+line_start = st.builds(
+    lambda name, args: " ".join([name, *args]),
+    # Forbidden programs that exist, so that running one shows in the trace.
+    st.one_of(allowed_names, allowed_names, st.sampled_from(["id", "uname", "whoami", "head"])),
+    st.lists(plain_args, max_size=2),
+)
+
+
+def _joined(operators: list[str]) -> st.SearchStrategy[str]:
+    part = simple_command(benign=True)
+    parts = st.tuples(line_start, st.lists(part, min_size=1, max_size=3)).map(
+        lambda t: [t[0], *t[1]]
+    )
+    return parts.flatmap(
+        lambda parts: st.lists(
+            st.sampled_from(operators), min_size=len(parts) - 1, max_size=len(parts) - 1
+        ).map(lambda ops: "".join(p + o for p, o in zip(parts, [*ops, ""], strict=True)))
+    )
+
+
+line = st.one_of(line_start, _joined([" | ", " |& "]), _joined([" || ", " && "]))
+script = st.lists(line, min_size=2, max_size=3).flatmap(
+    lambda lines: st.sampled_from(["\n", "\n\n", " # c\n", ";\n"]).map(lambda sep: sep.join(lines))
+)
+
 commands = st.one_of(
     st.recursive(simple_command(benign=True), compound, max_leaves=5),
     st.recursive(simple_command(), compound, max_leaves=5),
+    script,
 )
 
 # -- running under strace ----------------------------------------------------------

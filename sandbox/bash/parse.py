@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import threading
 import unicodedata
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
@@ -58,11 +58,10 @@ def _parser() -> Parser:
 
 
 # ---------------------------------------------------------------------------
-# The model
+# The model (NamedTuples: immutable, and cheap to build by the hundred per script)
 
 
-@dataclass(frozen=True, slots=True)
-class Word:
+class Word(NamedTuple):
     """One bash word as written (``text``) and as the program receives it.
 
     ``value`` is the word after quote removal when bash performs no expansion on
@@ -83,16 +82,14 @@ class Word:
         return self.text if self.value is None else self.value
 
 
-@dataclass(frozen=True, slots=True)
-class Assignment:
+class Assignment(NamedTuple):
     """``name=value`` as a leading assignment, a statement or a declaration argument."""
 
     name: str
     text: str
 
 
-@dataclass(frozen=True, slots=True)
-class SimpleCommand:
+class SimpleCommand(NamedTuple):
     """A simple command: ``words[0]`` is the command word (absent for
     assignment-only and redirection-only commands).
 
@@ -111,8 +108,7 @@ class SimpleCommand:
         return tuple(w.shown for w in self.words)
 
 
-@dataclass(frozen=True, slots=True)
-class Operator:
+class Operator(NamedTuple):
     """An operator bash treats as syntax. ``texts`` are the spellings it is
     known by: a newline separator is also ``;`` and a backtick substitution
     is also ``$(``, so blocking either spelling blocks both."""
@@ -123,15 +119,13 @@ class Operator:
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class Redirect:
+class Redirect(NamedTuple):
     operator: str
     target: Word | None
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
+class Finding(NamedTuple):
     """A place the source cannot be decided on safely. ``rule`` is the POLICY.md
     rule it falls under (R2 hidden command, R6 parse, R8 control character)."""
 
@@ -141,8 +135,7 @@ class Finding:
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedScript:
+class ParsedScript(NamedTuple):
     source: str
     commands: tuple[SimpleCommand, ...]
     operators: tuple[Operator, ...]
@@ -371,83 +364,164 @@ def scan_word(text: str) -> Word:
 
 
 # ---------------------------------------------------------------------------
-# Node classes
+# Node kinds, as tree-sitter symbol ids: comparing ints keeps the walk cheap.
 
-_STATEMENTS = frozenset({
-    "command", "redirected_statement", "pipeline", "list", "subshell",
-    "compound_statement", "if_statement", "for_statement", "c_style_for_statement",
-    "while_statement", "case_statement", "function_definition", "negated_command",
-    "test_command", "declaration_command", "unset_command", "variable_assignment",
-    "variable_assignments",
-})  # fmt: skip
+_KIND_COUNT = _LANGUAGE.node_kind_count
+_KIND_NAME: tuple[str, ...] = tuple(_LANGUAGE.node_kind_for_id(i) or "" for i in range(_KIND_COUNT))
+_NAMED: tuple[bool, ...] = tuple(_LANGUAGE.node_kind_is_named(i) for i in range(_KIND_COUNT))
+
+
+def _ids(*names: str, named: bool = True) -> frozenset[int]:
+    wanted = set(names)
+    return frozenset(
+        i for i in range(_KIND_COUNT) if _KIND_NAME[i] in wanted and _NAMED[i] == named
+    )
+
+
+_COMMAND = _ids("command")
+_DECLARATION = _ids("declaration_command")
+_UNSET = _ids("unset_command")
+_ASSIGNMENT = _ids("variable_assignment")
+_ASSIGNMENTS = _ids("variable_assignments")
+_FUNCTION = _ids("function_definition")
+_TEST_COMMAND = _ids("test_command")
+_COMPOUND = _ids("compound_statement")
+_C_FOR = _ids("c_style_for_statement")
+_ARITH_EXPANSION = _ids("arithmetic_expansion")
+_COMMAND_SUBSTITUTION = _ids("command_substitution")
+_PROCESS_SUBSTITUTION = _ids("process_substitution")
+_EXPANSION = _ids("expansion")
+_SUBSCRIPT = _ids("subscript")
+_HEREDOC_REDIRECT = _ids("heredoc_redirect")
+_HEREDOC_BODY = _ids("heredoc_body")
+_FILE_REDIRECT = _ids("file_redirect")
+_HERESTRING = _ids("herestring_redirect")
+_DO_GROUP = _ids("do_group")
+_COMMAND_NAME = _ids("command_name")
+_QUOTING = _ids("string", "translated_string", "heredoc_body")
+_EXPRESSION = _ids(
+    "binary_expression", "unary_expression", "ternary_expression", "postfix_expression",
+    "parenthesized_expression",
+)  # fmt: skip
+_REDIRECTS = _FILE_REDIRECT | _HERESTRING | _HEREDOC_REDIRECT | _ids("comment")
+_STATEMENT = _ids(
+    "command", "redirected_statement", "pipeline", "list", "subshell", "compound_statement",
+    "if_statement", "for_statement", "c_style_for_statement", "while_statement",
+    "case_statement", "function_definition", "negated_command", "test_command",
+    "declaration_command", "unset_command", "variable_assignment", "variable_assignments",
+)  # fmt: skip
 # Nodes whose children are statements separated by ";", "&" or newlines.
-_STATEMENT_CONTAINERS = frozenset({
-    "program", "compound_statement", "subshell", "do_group", "if_statement",
-    "elif_clause", "else_clause", "case_item", "while_statement",
-    "command_substitution", "process_substitution",
-})  # fmt: skip
-_SEPARATOR_TOKENS = frozenset({";", "&", ";;", ";&", ";;&"})
-# Operator tokens inside these are arithmetic or [[ ]] operators, not shell syntax.
-_EXPRESSIONS = frozenset({
-    "binary_expression", "unary_expression", "ternary_expression",
-    "postfix_expression", "parenthesized_expression",
-})  # fmt: skip
-_REDIRECT_TOKENS = frozenset({
-    ">", ">>", "<", "&>", "&>>", "<&", ">&", ">|", "<&-", ">&-", "<>",
-})  # fmt: skip
-# Leaves that hold text bash may still expand; tree-sitter leaving "$(" in one
-# means it did not see a substitution that bash will run.
-_SCANNED_LEAVES = frozenset(
-    {"word", "string_content", "heredoc_content", "regex", "extglob_pattern"}
-)
-_HIDDEN_EXPANSION = re.compile(r"(\\*)(`|\$[({\[])")
-# Leaves whose text is data to bash: control characters in them are not syntax.
-_DATA_LEAVES = frozenset({"string_content", "raw_string", "ansi_c_string", "heredoc_content"})
+_CONTAINER = _ids(
+    "program", "compound_statement", "subshell", "do_group", "if_statement", "elif_clause",
+    "else_clause", "case_item", "while_statement", "command_substitution",
+    "process_substitution",
+)  # fmt: skip
+_COMMENT = _ids("comment")
+_SEPARATOR = _ids(";", "&", ";;", ";&", ";;&", named=False)
+# Leaves (tokens without children): no need to ask tree-sitter for their children.
+_LEAF = _ids(
+    "word", "number", "string_content", "raw_string", "ansi_c_string", "comment",
+    "variable_name", "special_variable_name", "heredoc_start", "heredoc_content",
+    "heredoc_end", "file_descriptor", "test_operator", "regex", "extglob_pattern",
+)  # fmt: skip
+# Leaves whose text is data to bash: a control character in one is not syntax.
+_DATA = _ids("string_content", "raw_string", "ansi_c_string", "heredoc_content")
+# Leaves bash does not expand (outside double quotes): "$(" in them is text.
+_LITERAL = _ids("raw_string", "ansi_c_string", "comment")
+_NUMBER = _ids("number")
+_WORD = _ids("word")
+_KNOWN = _ids(
+    "program", "redirected_statement", "for_statement", "c_style_for_statement",
+    "variable_assignment", "unary_expression", "binary_expression", "postfix_expression",
+    "parenthesized_expression", "ternary_expression", "while_statement", "do_group",
+    "if_statement", "elif_clause", "else_clause", "case_statement", "case_item",
+    "function_definition", "compound_statement", "subshell", "pipeline", "list",
+    "negated_command", "test_command", "declaration_command", "unset_command", "command",
+    "command_name", "variable_assignments", "subscript", "file_redirect", "heredoc_redirect",
+    "heredoc_body", "herestring_redirect", "arithmetic_expansion", "brace_expression",
+    "concatenation", "string", "translated_string", "array", "number", "simple_expansion",
+    "expansion", "command_substitution", "process_substitution", "word", "string_content",
+    "raw_string", "ansi_c_string", "regex", "comment", "variable_name",
+    "special_variable_name", "heredoc_start", "heredoc_content", "heredoc_end",
+    "file_descriptor", "test_operator", "extglob_pattern",
+)  # fmt: skip
+_OPERATOR_TOKENS = _ids(
+    ";", "&", ";;", ";&", ";;&", "&&", "||", "|", "|&", ">", ">>", "<", "&>", "&>>", "<&",
+    ">&", ">|", "<&-", ">&-", "<>", "<<", "<<-", "<<<", "$(", "`", "``", "$`", "<(", ">(",
+    "$((", "$[", "((", "${", "$", "(", "{", "[[", "!", ":",
+    named=False,
+)  # fmt: skip
+_COLON = _ids(":", named=False)
+_OPEN_BRACKET = _ids("[", named=False)
 _ARITH_TEST_OPERATORS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_KNOWN = frozenset({
-    "program", "redirected_statement", "for_statement", "c_style_for_statement",
-    "variable_assignment", "unary_expression", "binary_expression",
-    "postfix_expression", "parenthesized_expression", "ternary_expression",
-    "while_statement", "do_group", "if_statement", "elif_clause", "else_clause",
-    "case_statement", "case_item", "function_definition", "compound_statement",
-    "subshell", "pipeline", "list", "negated_command", "test_command",
-    "declaration_command", "unset_command", "command", "command_name",
-    "variable_assignments", "subscript", "file_redirect", "heredoc_redirect",
-    "heredoc_body", "herestring_redirect", "arithmetic_expansion",
-    "brace_expression", "concatenation", "string", "translated_string", "array",
-    "number", "simple_expansion", "expansion", "command_substitution",
-    "process_substitution", "word", "string_content", "raw_string",
-    "ansi_c_string", "regex", "comment", "variable_name", "special_variable_name",
-    "heredoc_start", "heredoc_content", "heredoc_end", "file_descriptor",
-    "test_operator", "extglob_pattern",
-})  # fmt: skip
+# "$(", "${", "$[" and backticks that bash expands unless escaped or quoted.
+_EXPANSION_START = re.compile(rb"`|\$[({\[]")
 
 # Context bits carried down the walk.
-_ARITH = 1  # inside an arithmetic context: only number literals are safe
+_ARITH = 1  # an arithmetic context: only number literals are safe in it
 _TEST = 2  # inside [[ ]]
 # Inside double quotes or an expanding here-document body. There a single quote
 # is an ordinary character, even within ${x:-'...'}, so what tree-sitter calls a
 # raw_string is expanded by bash: "${x:-'$(id)'}" runs id.
 _DQUOTE = 4
 
+# What the walk does on entering a node of a given kind (kinds not listed: just
+# descend). Ints compared in one dict lookup keep the per-node cost low.
+(_A_UNKNOWN, _A_COMMAND, _A_QUOTING, _A_COMMAND_SUBSTITUTION, _A_EXPANSION,
+ _A_FILE_REDIRECT, _A_ASSIGNMENT, _A_ARITH_EXPANSION, _A_PROCESS_SUBSTITUTION,
+ _A_DECLARATION, _A_UNSET, _A_ASSIGNMENTS, _A_FUNCTION, _A_TEST_COMMAND, _A_COMPOUND,
+ _A_HEREDOC, _A_HERESTRING, _A_EXPRESSION) = range(18)  # fmt: skip
+_DISPATCH: dict[int, int] = {
+    **{k: _A_UNKNOWN for k in range(_KIND_COUNT) if _NAMED[k] and k not in _KNOWN},
+    **{k: a for kinds, a in (
+        (_COMMAND, _A_COMMAND), (_QUOTING, _A_QUOTING),
+        (_COMMAND_SUBSTITUTION, _A_COMMAND_SUBSTITUTION), (_EXPANSION, _A_EXPANSION),
+        (_FILE_REDIRECT, _A_FILE_REDIRECT), (_ASSIGNMENT, _A_ASSIGNMENT),
+        (_ARITH_EXPANSION, _A_ARITH_EXPANSION),
+        (_PROCESS_SUBSTITUTION, _A_PROCESS_SUBSTITUTION), (_DECLARATION, _A_DECLARATION),
+        (_UNSET, _A_UNSET), (_ASSIGNMENTS, _A_ASSIGNMENTS), (_FUNCTION, _A_FUNCTION),
+        (_TEST_COMMAND, _A_TEST_COMMAND), (_COMPOUND, _A_COMPOUND),
+        (_HEREDOC_REDIRECT, _A_HEREDOC), (_HERESTRING, _A_HERESTRING),
+        (_EXPRESSION, _A_EXPRESSION),
+    ) for k in kinds},
+}  # fmt: skip
+# A command of plain words separated by blanks, and the blanks between them.
+_PLAIN_COMMAND = re.compile(
+    r"""[^\\'"$`*?\[\]{}~()<>|&;!#\s]+(?:[ \t]+[^\\'"$`*?\[\]{}~()<>|&;!#\s]+)*"""
+)
+_BLANKS = re.compile(r"[ \t]+")
+# command() returns this when none of a command's children need walking.
+_EVERYTHING: set[int] = set()
+# Nodes that bash ends at an unescaped newline.
+_ONE_LINE = _ids(
+    "command", "declaration_command", "unset_command", "test_command",
+    "redirected_statement", "variable_assignment", "file_redirect", "herestring_redirect",
+)  # fmt: skip
+_HOLDS_ASSIGNMENTS = _ids("command", "declaration_command", "variable_assignments")
+
+
+_UNSEEN: tuple[str, tuple[str, ...]] = ("", ())
+_OPERATOR_CACHE: dict[tuple[int, str, bool], tuple[str, tuple[str, ...]] | None] = {}
+
 
 def _operator_for(token: str, parent: str, first: bool) -> tuple[str, tuple[str, ...]] | None:
     """The kind and spellings of anonymous token ``token`` under ``parent``,
     or None when bash does not treat it as shell syntax there."""
-    if parent in _EXPRESSIONS:
-        return None
-    if token in _SEPARATOR_TOKENS:
-        if token == "&":
-            return "background", ("&",)
-        if token == ";":
-            return "separator", (";", "\n")
+    if parent in ("binary_expression", "unary_expression", "ternary_expression",
+                  "postfix_expression", "parenthesized_expression"):  # fmt: skip
+        return None  # arithmetic or [[ ]] operators, not shell syntax
+    if token == ";":
+        return "separator", (";", "\n")
+    if token == "&":
+        return "background", ("&",)
+    if token in (";;", ";&", ";;&"):
         return "case_terminator", (token,)
     if token in ("&&", "||"):
         return ("and" if token == "&&" else "or"), (token,)
     if token in ("|", "|&"):
         return None if parent == "case_item" else ("pipe", (token,))
-    if token in _REDIRECT_TOKENS:
+    if token in (">", ">>", "<", "&>", "&>>", "<&", ">&", ">|", "<&-", ">&-", "<>"):
         return "redirect", (token,)
     if token in ("<<", "<<-"):
         return "heredoc", (token,)
@@ -461,14 +535,10 @@ def _operator_for(token: str, parent: str, first: bool) -> tuple[str, tuple[str,
         return None
     if token in ("<(", ">("):
         return "process_substitution", (token,)
-    if token in ("$((", "$["):
+    if token in ("$((", "$[", "(("):
         return "arithmetic", (token,)
-    if token == "((":
-        return "arithmetic", ("((",)
-    if token == "${":
-        return "expansion", ("${",)
-    if token == "$":
-        return "expansion", ("$",)
+    if token in ("${", "$"):
+        return "expansion", (token,)
     if token == "(" and parent == "subshell":
         return "subshell", ("(",)
     if token == "{" and parent == "compound_statement":
@@ -517,7 +587,15 @@ def _heredoc_delimiter(text: str) -> tuple[str, bool]:
 
 
 class _Walk:
-    """One iterative pass over a tree; collects the ParsedScript fields."""
+    """One iterative pass over an error-free tree; collects the ParsedScript fields.
+
+    Two whole-source checks ride along. Control characters (R8) are allowed
+    only inside data leaves, whose ranges are collected when the source has
+    any. Every "$(", "${", "$[" and backtick in the source must be accounted
+    for by a node tree-sitter parsed as that expansion, an escape, or a literal
+    (single-quoted) leaf; one that is not is an expansion bash will perform and
+    tree-sitter did not see.
+    """
 
     def __init__(self, source: str, data: bytes, max_depth: int) -> None:
         self.source = source
@@ -530,8 +608,12 @@ class _Walk:
         self.functions: list[str] = []
         self.redirects: list[Redirect] = []
         self.findings: list[Finding] = []
-        self.data_ranges: list[tuple[int, int]] = []
         self.depth = 0
+        self.controls = bool(_control_positions(source))
+        self.data_ranges: list[tuple[int, int]] = []
+        self.expansions = [m.start() for m in _EXPANSION_START.finditer(data)]
+        self.claimed: set[int] = set()
+        self.literal_ranges: list[tuple[int, int]] = []
 
     def text(self, node: Node) -> str:
         if self.ascii:
@@ -551,64 +633,94 @@ class _Walk:
     def find(self, rule: str, message: str, node: Node, token: str | None = None) -> None:
         self.findings.append(Finding(rule, message, token, self.offset(node.start_byte)))
 
-    def words(self, nodes: list[Node]) -> tuple[Word, ...]:
+    def words(self, nodes: list[Node], plain: set[int] | None = None) -> tuple[Word, ...]:
         """Words of ``nodes``; adjacent nodes with no blank between them are one
-        bash word (tree-sitter splits ``$"x"`` and ``a<(b)``)."""
+        bash word (tree-sitter splits ``$"x"`` and ``a<(b)``). The start offsets
+        of nodes of plain words go to ``plain``: nothing in them needs walking."""
         out: list[Word] = []
+        group: list[int] = []
         start = end = -1
         for node in nodes:
-            if node.start_byte == end:
+            node_start = node.start_byte
+            if node_start == end:
                 end = node.end_byte
+                group.append(node_start)
                 continue
             if start >= 0:
-                out.append(scan_word(self.span(start, end)))
-            start, end = node.start_byte, node.end_byte
+                word = scan_word(self.span(start, end))
+                out.append(word)
+                if word.plain and plain is not None:
+                    plain.update(group)
+            start, end = node_start, node.end_byte
+            group = [node_start]
         if start >= 0:
-            out.append(scan_word(self.span(start, end)))
+            word = scan_word(self.span(start, end))
+            out.append(word)
+            if word.plain and plain is not None:
+                plain.update(group)
         return tuple(out)
 
     # -- statements ------------------------------------------------------
 
-    def command(self, node: Node) -> None:
+    def command(self, node: Node, children: list[Node]) -> set[int]:
+        """Record a simple command; return the start offsets of its children made
+        of plain words, which the walk can skip."""
+        text = self.text(node)
+        if children[0].kind_id in _COMMAND_NAME and _PLAIN_COMMAND.fullmatch(text):
+            # The common case: plain words only. Nothing inside needs a walk.
+            self.commands.append(
+                SimpleCommand(
+                    "command",
+                    tuple(Word(w, w, w, True) for w in _BLANKS.split(text)),
+                    (),
+                    text,
+                    self.offset(node.start_byte),
+                )
+            )
+            return _EVERYTHING
         assignments: list[Assignment] = []
         parts: list[Node] = []
         seen_name = False
-        for child in node.children:
-            kind = child.type
-            if kind == "variable_assignment" and not seen_name:
-                assignments.append(self.assignment(child))
-            elif kind == "command_name":
+        for child in children:
+            kind = child.kind_id
+            if kind in _COMMAND_NAME:
                 seen_name = True
                 parts.append(child)
-            elif kind in ("file_redirect", "herestring_redirect", "heredoc_redirect", "comment"):
+            elif kind in _REDIRECTS:
                 continue
             elif seen_name:
                 parts.append(child)
+            elif kind in _ASSIGNMENT:
+                assignments.append(self.assignment(child))
+        plain: set[int] = set()
         self.commands.append(
             SimpleCommand(
                 "command",
-                self.words(parts),
+                self.words(parts, plain),
                 tuple(assignments),
-                self.text(node),
+                text,
                 self.offset(node.start_byte),
             )
         )
+        return plain
 
-    def builtin(self, node: Node, kind: str) -> None:
-        children = node.children
-        head = children[0].type if children else ""
-        args = [c for c in children[1:] if c.type not in ("file_redirect", "herestring_redirect")]
+    def builtin(self, node: Node, children: list[Node], kind: str) -> None:
+        head = self.text(children[0]) if children else ""
+        args = [c for c in children[1:] if c.kind_id not in _REDIRECTS]
         for child in args:
-            if child.type == "variable_assignment":
+            if child.kind_id in _ASSIGNMENT:
                 self.assignment(child)
         words = (Word(head, head, head, True), *self.words(args))
         self.commands.append(
             SimpleCommand(kind, words, (), self.text(node), self.offset(node.start_byte))
         )
 
-    def test_builtin(self, node: Node) -> None:
-        inner = node.children[1:-1]
-        words = (Word("[", "[", "[", True), *self.words(list(inner)), Word("]", "]", "]", True))
+    def test_builtin(self, node: Node, children: list[Node]) -> None:
+        words = (
+            Word("[", "[", "[", True),
+            *self.words(children[1:-1]),
+            Word("]", "]", "]", True),
+        )
         self.commands.append(
             SimpleCommand("test", words, (), self.text(node), self.offset(node.start_byte))
         )
@@ -616,7 +728,7 @@ class _Walk:
     def assignment(self, node: Node) -> Assignment:
         name_node = node.child_by_field_name("name")
         name = self.text(name_node) if name_node is not None else ""
-        if name_node is not None and name_node.type == "subscript":
+        if name_node is not None and name_node.kind_id in _SUBSCRIPT:
             base = name_node.child_by_field_name("name")
             name = self.text(base) if base is not None else name
         result = Assignment(name, self.text(node))
@@ -624,7 +736,7 @@ class _Walk:
         return result
 
     def assignment_only(self, node: Node, parts: list[Node]) -> None:
-        assignments = tuple(self.assignment(p) for p in parts if p.type == "variable_assignment")
+        assignments = tuple(self.assignment(p) for p in parts if p.kind_id in _ASSIGNMENT)
         self.commands.append(
             SimpleCommand(
                 "assignment", (), assignments, self.text(node), self.offset(node.start_byte)
@@ -633,12 +745,13 @@ class _Walk:
 
     # -- here-documents ----------------------------------------------------
 
-    def heredoc(self, node: Node) -> bool:
-        """Check a here-document; return whether its body expands."""
+    def heredoc(self, node: Node, children: list[Node]) -> Node | None:
+        """Check a here-document; return its body when bash does not expand it
+        (so the walk skips it)."""
         start = end = body = None
         dash = False
-        for child in node.children:
-            kind = child.type
+        for child in children:
+            kind = _KIND_NAME[child.kind_id]
             if kind == "heredoc_start":
                 start = child
             elif kind == "heredoc_end":
@@ -649,7 +762,7 @@ class _Walk:
                 dash = True
         if start is None or end is None:
             self.find("R6", "here-document without a recognised end line", node, "<<")
-            return False
+            return None
         delimiter, quoted = _heredoc_delimiter(self.text(start))
         if self.text(end) != delimiter:
             self.find(
@@ -658,215 +771,294 @@ class _Walk:
                 end,
                 self.text(end),
             )
-        if body is not None:
-            lines = self.text(body).split("\n")
-            if any((line.lstrip("\t") if dash else line) == delimiter for line in lines):
-                self.find(
-                    "R6",
-                    f"here-document body holds the delimiter line {delimiter!r}: "
-                    "bash ends the document there",
-                    body,
-                    delimiter,
-                )
-            if quoted or body.child_count == 0:
-                self.data_ranges.append((body.start_byte, body.end_byte))
-            if not quoted and body.child_count == 0:
-                self.scan_leaf(body, self.text(body))
-        return not quoted
-
-    def scan_leaf(self, node: Node, text: str) -> None:
-        for match in _HIDDEN_EXPANSION.finditer(text):
-            if len(match.group(1)) % 2 == 0:
-                token = match.group(2)
-                what = "a backtick substitution" if token == "`" else f"an expansion '{token}'"
-                self.find(
-                    "R6",
-                    f"{what} that tree-sitter-bash does not parse here but bash runs "
-                    "(write $(...) outside here-documents, or quote the here-document "
-                    "delimiter: <<'EOF')",
-                    node,
-                    token,
-                )
-                return
+        if body is None:
+            return None
+        lines = self.text(body).split("\n")
+        if any((line.lstrip("\t") if dash else line) == delimiter for line in lines):
+            self.find(
+                "R6",
+                f"here-document body holds the delimiter line {delimiter!r}: "
+                "bash ends the document there",
+                body,
+                delimiter,
+            )
+        if quoted or body.child_count == 0:
+            self.data_ranges.append((body.start_byte, body.end_byte))
+        if quoted:
+            self.literal_ranges.append((body.start_byte, body.end_byte))
+            return body
+        return None
 
     # -- the walk ----------------------------------------------------------
 
     def run(self, root: Node) -> None:
-        stack: list[tuple[Node, str, int, int]] = [(root, "", 1, 0)]
+        # Children are pushed in source order and so visited in reverse; the
+        # results are sorted by offset at the end.
+        stack: list[tuple[Node, int, int, int]] = [(root, root.kind_id, 1, 0)]
         push = stack.append
+        pop = stack.pop
+        max_depth = self.max_depth
+        data = self.data
+        track_expansions = bool(self.expansions)
+        controls = self.controls
+        dispatch = _DISPATCH
+        # Module constants as locals: this loop runs once per node.
+        named = _NAMED
+        operator_tokens_ids = _OPERATOR_TOKENS
+        leaf_ids = _LEAF
+        statement_ids = _STATEMENT
+        separator_ids = _SEPARATOR
+        comment_ids = _COMMENT
+        container_ids = _CONTAINER
+        c_for_ids = _C_FOR
+        expansion_ids = _EXPANSION
+        subscript_ids = _SUBSCRIPT
+        do_group_ids = _DO_GROUP
+        number_ids = _NUMBER
+        data_ids = _DATA
+        literal_ids = _LITERAL
+        colon_ids = _COLON
+        open_bracket_ids = _OPEN_BRACKET
+        expression_ids = _EXPRESSION
+        operators = self.operators
+        ascii_source = self.ascii
+        one_line_ids = _ONE_LINE
         while stack:
-            node, parent, depth, ctx = stack.pop()
+            node, kind, depth, ctx = pop()
             if depth > self.depth:
                 self.depth = depth
-                if depth > self.max_depth:
-                    self.find(
-                        "R6",
-                        f"nesting deeper than {self.max_depth} levels",
-                        node,
-                    )
+                if depth > max_depth:
+                    self.find("R6", f"nesting deeper than {max_depth} levels", node)
                     return
-            kind = node.type
-            if node.is_error:
-                snippet = self.text(node)[:40]
-                self.find("R6", f"bash syntax error near {snippet!r}", node, snippet)
-                continue
-            if node.is_missing:
-                self.find("R6", f"bash syntax error: missing {kind!r}", node, kind)
-                continue
-            if kind not in _KNOWN:
-                self.find("R6", f"unsupported construct {kind!r}", node, kind)
-                continue
             children = node.children
-            if not children:
-                self.leaf(node, kind, parent, ctx)
-                continue
             child_ctx = ctx
             skip: Node | None = None
-            if ctx & _ARITH and kind not in _EXPRESSIONS:
+            plain: set[int] | None = None
+            if ctx & _ARITH and kind not in expression_ids:
                 self.arith_operand(node)
-            if kind == "command":
-                self.command(node)
-            elif kind == "declaration_command":
-                self.builtin(node, "declaration")
-            elif kind == "unset_command":
-                self.builtin(node, "unset")
-            elif kind == "variable_assignment":
-                # In `for ((i=0; ...))` it is arithmetic, checked as such.
-                if not ctx & _ARITH and parent not in (
-                    "command",
-                    "declaration_command",
-                    "variable_assignments",
-                    "c_style_for_statement",
-                ):
-                    self.assignment_only(node, [node])
-            elif kind == "variable_assignments":
-                self.assignment_only(node, list(children))
-            elif kind == "function_definition":
-                name = node.child_by_field_name("name")
-                self.functions.append(self.text(name) if name is not None else "")
-            elif kind == "test_command":
-                if children[0].type == "[":
-                    self.test_builtin(node)
-                else:
-                    child_ctx |= _TEST
-            elif kind == "compound_statement" and children[0].type == "((":
-                child_ctx |= _ARITH
-            elif kind == "arithmetic_expansion":
-                child_ctx |= _ARITH
-            elif kind in ("string", "translated_string", "heredoc_body"):
-                child_ctx |= _DQUOTE
-            elif kind == "command_substitution" or kind == "process_substitution":
-                # A substitution starts a new quoting context.
-                child_ctx &= ~_DQUOTE
-            if kind == "command_substitution":
-                if children[0].type in ("`", "$`"):
-                    inner = self.text(node)[1:-1]
-                    if "\\" in inner and re.search(r"\\[`$\\]", inner):
-                        self.find(
-                            "R6",
-                            "backslash escapes inside backticks are re-parsed by bash "
-                            "(nested substitution); use $(...) instead",
-                            node,
-                            "`",
-                        )
-            elif kind == "heredoc_redirect":
-                if not self.heredoc(node):
-                    skip = next((c for c in children if c.type == "heredoc_body"), None)
-            elif kind == "file_redirect":
-                self.file_redirect(node, children)
-            elif kind == "herestring_redirect":
-                self.redirects.append(Redirect("<<<", None, self.offset(node.start_byte)))
-            elif kind == "expansion":
-                self.expansion(node, children)
-            elif kind in _EXPRESSIONS and ctx & _TEST:
-                self.test_expression(node, children)
-            for_arith = kind == "c_style_for_statement"
-            container = kind in _STATEMENT_CONTAINERS
-            prev_end = -1
-            subscript_index = kind == "subscript"
-            after_colon = False
-            # Children are pushed in reverse so they pop in source order.
-            pending: list[tuple[Node, str, int, int]] = []
-            for child in children:
-                if skip is not None and child == skip:
+            action = dispatch.get(kind)
+            if action is not None:
+                if action == _A_UNKNOWN:
+                    name = _KIND_NAME[kind] if kind < _KIND_COUNT else str(kind)
+                    self.find("R6", f"unsupported construct {name!r}", node, name)
                     continue
-                ctype = child.type
-                if container and ctype != "comment":
-                    if (
-                        prev_end >= 0
-                        and ctype not in _SEPARATOR_TOKENS
-                        and b"\n" in self.data[prev_end : child.start_byte]
+                if action == _A_COMMAND:
+                    plain = self.command(node, children)
+                elif action == _A_QUOTING:
+                    child_ctx |= _DQUOTE
+                elif action == _A_COMMAND_SUBSTITUTION:
+                    child_ctx &= ~_DQUOTE  # a substitution starts a new quoting context
+                    self.command_substitution(node, children, track_expansions)
+                elif action == _A_EXPANSION:
+                    if track_expansions:
+                        self.claimed.add(node.start_byte)
+                    self.expansion(node, children)
+                elif action == _A_FILE_REDIRECT:
+                    self.file_redirect(node, children)
+                elif action == _A_ASSIGNMENT:
+                    # Inside `for ((i=0; ...))` it is arithmetic, checked as such.
+                    parent = node.parent
+                    if not ctx & _ARITH and (
+                        parent is None or parent.kind_id not in _HOLDS_ASSIGNMENTS
                     ):
-                        self.operators.append(
-                            Operator("separator", "\n", (";", "\n"), self.offset(prev_end))
+                        self.assignment_only(node, [node])
+                elif action == _A_ARITH_EXPANSION:
+                    child_ctx |= _ARITH
+                    if track_expansions:
+                        self.claimed.add(node.start_byte)
+                elif action == _A_PROCESS_SUBSTITUTION:
+                    child_ctx &= ~_DQUOTE
+                elif action == _A_DECLARATION:
+                    self.builtin(node, children, "declaration")
+                elif action == _A_UNSET:
+                    self.builtin(node, children, "unset")
+                elif action == _A_ASSIGNMENTS:
+                    self.assignment_only(node, children)
+                elif action == _A_FUNCTION:
+                    name_node = node.child_by_field_name("name")
+                    self.functions.append(self.text(name_node) if name_node is not None else "")
+                elif action == _A_TEST_COMMAND:
+                    if _KIND_NAME[children[0].kind_id] == "[":
+                        self.test_builtin(node, children)
+                    else:
+                        child_ctx |= _TEST
+                elif action == _A_COMPOUND:
+                    if _KIND_NAME[children[0].kind_id] == "((":
+                        child_ctx |= _ARITH
+                elif action == _A_HEREDOC:
+                    skip = self.heredoc(node, children)
+                elif action == _A_HERESTRING:
+                    self.redirects.append(Redirect("<<<", None, self.offset(node.start_byte)))
+                elif action == _A_EXPRESSION:
+                    if ctx & _TEST:
+                        self.test_expression(node, children)
+            if not children or plain is _EVERYTHING:
+                continue
+            if kind in one_line_ids and len(children) > 1:
+                self.check_one_line(node, children)
+            c_for = kind in c_for_ids
+            container = kind in container_ids
+            arith_after = kind in expansion_ids or kind in subscript_ids
+            prev_end = -1
+            parent_name = ""
+            depth += 1
+            for child in children:
+                ck = child.kind_id
+                if container and ck not in comment_ids:
+                    start = child.start_byte
+                    if prev_end >= 0 and ck not in separator_ids and b"\n" in data[prev_end:start]:
+                        operators.append(
+                            Operator(
+                                "separator",
+                                "\n",
+                                (";", "\n"),
+                                prev_end if ascii_source else self.offset(prev_end),
+                            )
                         )
-                    prev_end = child.end_byte if ctype in _STATEMENTS else -1
-                if not child.is_named:
-                    if child.is_missing:
-                        self.find("R6", f"bash syntax error: missing {ctype!r}", child, ctype)
-                        continue
-                    if ctype == ":" and kind == "expansion":
-                        after_colon = True
-                    op = _operator_for(ctype, kind, child == children[0])
-                    if op is not None:
-                        text = ctype
-                        texts = op[1]
-                        prev = child.prev_sibling
-                        if (
-                            op[0] == "redirect"
-                            and prev is not None
-                            and prev.type == "file_descriptor"
-                        ):
-                            text = self.text(prev) + ctype
-                            texts = (text, *texts)
-                        self.operators.append(
-                            Operator(op[0], text, texts, self.offset(child.start_byte))
-                        )
+                    prev_end = child.end_byte if ck in statement_ids else -1
+                if not named[ck]:
+                    if ck in operator_tokens_ids:
+                        if arith_after and (ck in colon_ids or ck in open_bracket_ids):
+                            # ${x:offset:length} and a[index] are arithmetic.
+                            child_ctx |= _ARITH
+                            continue
+                        parent_name = parent_name or _KIND_NAME[kind]
+                        self.operator(child, ck, parent_name, child is children[0])
+                    elif arith_after and ck in open_bracket_ids:
+                        child_ctx |= _ARITH
+                    continue
+                if (skip is not None and child == skip) or (plain and child.start_byte in plain):
                     continue
                 cctx = child_ctx
-                if for_arith and ctype != "do_group":
+                if c_for and ck not in do_group_ids:
                     cctx |= _ARITH
-                elif subscript_index and child == node.child_by_field_name("index"):
-                    if self.text(child) not in ("@", "*"):
-                        cctx |= _ARITH
-                elif after_colon:
-                    cctx |= _ARITH
-                pending.append((child, kind, depth + 1, cctx))
-            for item in reversed(pending):
-                push(item)
+                elif cctx & _ARITH and arith_after and kind in subscript_ids:
+                    if self.text(child) in ("@", "*"):
+                        cctx &= ~_ARITH
+                    child_ctx &= ~_ARITH  # only the index is arithmetic
+                if ck in leaf_ids:
+                    if cctx & _ARITH and ck not in number_ids:
+                        self.arith_operand(child)
+                    if controls and ck in data_ids:
+                        self.data_ranges.append((child.start_byte, child.end_byte))
+                    if (
+                        track_expansions
+                        and ck in literal_ids
+                        and not (cctx & _DQUOTE and ck not in comment_ids)
+                    ):
+                        self.literal_ranges.append((child.start_byte, child.end_byte))
+                    continue
+                push((child, ck, depth, cctx))
 
-    def leaf(self, node: Node, kind: str, parent: str, ctx: int) -> None:
-        if ctx & _ARITH:
-            self.arith_operand(node)
-        if kind in _SCANNED_LEAVES or (ctx & _DQUOTE and kind in ("raw_string", "ansi_c_string")):
-            text = self.text(node)
-            if "`" in text or "$" in text:
-                self.scan_leaf(node, text)
-        if kind in _DATA_LEAVES:
-            self.data_ranges.append((node.start_byte, node.end_byte))
+    def check_one_line(self, node: Node, children: list[Node]) -> None:
+        """A newline ends a simple command in bash unless a backslash escapes it.
+        tree-sitter-bash sometimes reads the next line as more arguments
+        (``a | b -c`` newline ``sed x 2>/dev/null || c`` makes ``sed`` an
+        argument of ``b``), which would hide a command."""
+        data = self.data
+        if b"\n" not in data[node.start_byte : node.end_byte]:
+            return
+        if any(c.kind_id in _HEREDOC_REDIRECT for c in children):
+            return  # the body follows the line; checked by heredoc()
+        end = children[0].end_byte
+        for child in children[1:]:
+            start = child.start_byte
+            gap = data[end:start]
+            at = gap.find(b"\n")
+            while at >= 0:
+                if at == 0 or gap[at - 1] != 0x5C:  # not a backslash-newline
+                    self.find(
+                        "R6",
+                        "tree-sitter-bash reads this line break as part of one command, "
+                        "where bash ends the command (a known misparse, e.g. after a "
+                        "pipeline of three commands); end the line with ';' or send the "
+                        "commands in separate calls",
+                        child,
+                        "\n",
+                    )
+                    return
+                at = gap.find(b"\n", at + 1)
+            end = child.end_byte
+
+    def command_substitution(self, node: Node, children: list[Node], track: bool) -> None:
+        if track:
+            self.claimed.add(node.start_byte)
+        if _KIND_NAME[children[0].kind_id] in ("`", "$`"):
+            self.claimed.add(node.end_byte - 1)
+            inner = self.text(node)[1:-1]
+            if "\\" in inner and re.search(r"\\[`$\\]", inner):
+                self.find(
+                    "R6",
+                    "backslash escapes inside backticks are re-parsed by bash "
+                    "(nested substitution); use $(...) instead",
+                    node,
+                    "`",
+                )
+
+    def operator(self, child: Node, ck: int, parent: str, first: bool) -> None:
+        token = _KIND_NAME[ck]
+        key = (ck, parent, first)
+        op = _OPERATOR_CACHE.get(key, _UNSEEN)
+        if op is _UNSEEN:
+            op = _OPERATOR_CACHE[key] = _operator_for(token, parent, first)
+        if op is None:
+            return
+        kind, texts = op
+        text = token
+        if kind == "redirect":
+            prev = child.prev_sibling
+            if prev is not None and _KIND_NAME[prev.kind_id] == "file_descriptor":
+                text = self.text(prev) + token
+                texts = (text, *texts)
+        self.operators.append(Operator(kind, text, texts, self.offset(child.start_byte)))
+
+    def check_expansions(self) -> None:
+        """Every "$(", "${", "$[" and backtick must be one tree-sitter parsed."""
+        data = self.data
+        ranges = self.literal_ranges
+        for pos in self.expansions:
+            if pos in self.claimed:
+                continue
+            slashes = 0
+            while pos - slashes > 0 and data[pos - slashes - 1] == 0x5C:  # backslash
+                slashes += 1
+            if slashes % 2:
+                continue
+            if any(start <= pos < end for start, end in ranges):
+                continue
+            token = "`" if data[pos] == 0x60 else data[pos : pos + 2].decode()
+            what = "a backtick substitution" if token == "`" else f"an expansion {token!r}"
+            self.findings.append(
+                Finding(
+                    "R6",
+                    f"{what} that tree-sitter-bash does not parse here but bash runs "
+                    "(write $(...) outside here-documents, or quote the here-document "
+                    "delimiter: <<'EOF')",
+                    token,
+                    self.offset(pos),
+                )
+            )
+            return
 
     def arith_operand(self, node: Node) -> None:
-        kind = node.type
-        if kind == "number":
+        kind = node.kind_id
+        if kind in _NUMBER or kind in _EXPRESSION:
             return
-        if kind == "word":
-            text = self.text(node)
-            if text[:1].isdigit():
-                return
-        if kind in _EXPRESSIONS:
+        text = self.text(node)
+        if kind in _WORD and text[:1].isdigit():
             return
         self.find(
             "R2",
-            f"arithmetic on {self.text(node)[:40]!r}: bash evaluates a variable's value "
-            "as arithmetic, and an array subscript in it (a[$(cmd)]) runs a command; "
-            "only number literals are allowed in $((...)), ((...)), [[ -eq ]] and "
-            "${x:offset}",
+            f"arithmetic on {text[:40]!r}: bash evaluates a variable's value as arithmetic, "
+            "and an array subscript in it (a[$(cmd)]) runs a command; only number literals "
+            "are allowed in $((...)), ((...)), [[ -eq ]], ${x:offset} and a[index]",
             node,
-            self.text(node)[:40],
+            text[:40],
         )
 
     def expansion(self, node: Node, children: list[Node]) -> None:
-        if len(children) > 1 and children[1].type == "!":
+        names = [_KIND_NAME[c.kind_id] for c in children]
+        if len(names) > 1 and names[1] == "!":
             self.find(
                 "R2",
                 "indirect expansion ${!name} evaluates the named variable's array "
@@ -874,9 +1066,8 @@ class _Walk:
                 node,
                 "${!",
             )
-        types = [c.type for c in children]
-        for i in range(len(types) - 1):
-            if types[i] == "@" and types[i + 1] == "P":
+        for i in range(len(names) - 1):
+            if names[i] == "@" and names[i + 1] == "P":
                 self.find(
                     "R2",
                     "prompt expansion ${name@P} runs command substitutions held in the value",
@@ -891,11 +1082,11 @@ class _Walk:
         op_text = self.text(op)
         if op_text in _ARITH_TEST_OPERATORS:
             for child in children:
-                if child.is_named and child != op and child.type not in _EXPRESSIONS:
+                if _NAMED[child.kind_id] and child != op and child.kind_id not in _EXPRESSION:
                     self.arith_operand(child)
         elif op_text in ("-v", "-R"):
             for child in children:
-                if child.is_named and child != op and not _NAME.match(self.text(child)):
+                if _NAMED[child.kind_id] and child != op and not _NAME.match(self.text(child)):
                     self.find(
                         "R2",
                         f"[[ {op_text} ]] on {self.text(child)!r}: bash evaluates an array "
@@ -908,14 +1099,26 @@ class _Walk:
         operator = ""
         target: list[Node] = []
         for child in children:
-            if not child.is_named:
-                operator = operator or child.type
-            elif child.type != "file_descriptor":
+            kind = child.kind_id
+            if not _NAMED[kind]:
+                operator = operator or _KIND_NAME[kind]
+            elif _KIND_NAME[kind] != "file_descriptor":
                 target.append(child)
         words = self.words(target)
         self.redirects.append(
             Redirect(operator, words[0] if words else None, self.offset(node.start_byte))
         )
+
+
+def _first_error(root: Node) -> Node:
+    """The first ERROR or MISSING node under ``root`` (which has one)."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.is_error or node.is_missing:
+            return node
+        stack.extend(reversed([c for c in node.children if c.has_error]))
+    return root
 
 
 # ---------------------------------------------------------------------------
@@ -925,11 +1128,9 @@ class _Walk:
 def parse(source: str, *, max_bytes: int = 65536, max_depth: int = 100) -> ParsedScript:
     """Parse ``source`` as bash. Never raises for any string; whatever cannot be
     decided on safely is reported in ``findings``."""
-    findings: list[Finding] = []
 
-    def early(rule: str, message: str, token: str | None = None) -> ParsedScript:
-        findings.append(Finding(rule, message, token, 0))
-        return ParsedScript(source, (), (), (), (), (), tuple(findings), 0)
+    def early(rule: str, message: str, token: str | None = None, at: int = 0) -> ParsedScript:
+        return ParsedScript(source, (), (), (), (), (), (Finding(rule, message, token, at),), 0)
 
     if "\x00" in source:
         return early("R6", "the command holds a NUL byte, which bash cannot receive", "\\0")
@@ -938,41 +1139,64 @@ def parse(source: str, *, max_bytes: int = 65536, max_depth: int = 100) -> Parse
     try:
         data = source.encode("utf-8")
     except UnicodeEncodeError:
-        return early("R6", "the command is not valid Unicode (lone surrogate)")
+        return early("R6", "the command is not valid Unicode (it holds a lone surrogate)")
     if len(data) > max_bytes:
         return early("R6", f"the command is longer than {max_bytes} bytes")
     tree = _parser().parse(data)
-    walk = _Walk(source, data, max_depth)
-    walk.run(tree.root_node)
+    root = tree.root_node
     controls = _control_positions(source)
+    if root.has_error:
+        # Fail closed without walking a tree that is partly guesswork.
+        if controls:
+            return early("R8", _control_message(source[controls[0]]), None, controls[0])
+        bad = _first_error(root)
+        snippet = data[bad.start_byte : bad.start_byte + 40].decode("utf-8", "replace")
+        at = len(data[: bad.start_byte].decode("utf-8", "replace"))
+        if bad.is_missing:
+            return early("R6", f"bash syntax error: missing {bad.type!r}", bad.type, at)
+        return early("R6", f"bash syntax error near {snippet!r}", snippet, at)
+    walk = _Walk(source, data, max_depth)
+    walk.run(root)
+    if walk.expansions:
+        walk.check_expansions()
     if controls:
         ranges = walk.data_ranges
         for pos in controls:
             byte = pos if walk.ascii else len(source[:pos].encode("utf-8"))
             if not any(start <= byte < end for start, end in ranges):
                 ch = source[pos]
-                walk.findings.insert(
-                    0,
-                    Finding(
-                        "R8",
-                        f"control character {escape_controls(ch)} outside quotes: "
-                        "bash and this parser (and a terminal showing it) read it "
-                        "differently",
-                        escape_controls(ch),
-                        pos,
-                    ),
-                )
+                walk.findings.append(Finding("R8", _control_message(ch), escape_controls(ch), pos))
                 break
+    by_offset = _BY_OFFSET
     return ParsedScript(
         source,
-        tuple(walk.commands),
-        tuple(walk.operators),
+        tuple(sorted(walk.commands, key=by_offset)),
+        tuple(sorted(walk.operators, key=by_offset)),
         tuple(walk.assignments),
         tuple(walk.functions),
-        tuple(walk.redirects),
-        tuple(walk.findings),
+        tuple(sorted(walk.redirects, key=by_offset)),
+        tuple(sorted(walk.findings, key=_BY_RULE_THEN_OFFSET)),
         walk.depth,
     )
+
+
+def _BY_OFFSET(item: SimpleCommand | Operator | Redirect) -> int:
+    return item.offset
+
+
+def _BY_RULE_THEN_OFFSET(finding: Finding) -> tuple[int, int]:
+    # R8 before R6 before R2: the most basic reason first.
+    return ({"R8": 0, "R6": 1}.get(finding.rule, 2), finding.offset)
+
+
+def _control_message(ch: str) -> str:
+    return (
+        f"control character {escape_controls(ch)} outside quotes: bash, this parser and "
+        "a terminal showing the command read it differently"
+    )
+
+
+_PREFIX_SPECIAL = re.compile(r"""[\\'"$`;&|<>(){}*?~#=]""")
 
 
 def parse_prefix(text: str) -> tuple[str, ...]:
@@ -981,6 +1205,12 @@ def parse_prefix(text: str) -> tuple[str, ...]:
     Raises ValueError naming the problem when the entry is not a single simple
     command made of literal words.
     """
+    if not _PREFIX_SPECIAL.search(text):
+        # Plain words, including ones bash's grammar would not start a command
+        # with on their own, such as "[".
+        plain = tuple(text.split())
+        if plain and not any(_is_control(c) for c in text):
+            return plain
     script = parse(text)
     if script.findings:
         raise ValueError(script.findings[0].message)

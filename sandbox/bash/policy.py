@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -129,8 +129,7 @@ class PolicyDecision(BaseModel):
         return self.allowed
 
 
-@dataclass(frozen=True)
-class _Blocked:
+class _Blocked(NamedTuple):
     rule: str | None
     detail: str
     command: str | None = None
@@ -239,9 +238,8 @@ def _option_matches(option: str, word: Word, syntax: ProgramSyntax) -> bool:
     return value == option or value.startswith(option + "=")
 
 
-@dataclass(frozen=True)
-class _Subcommand:
-    index: int  # first word after the global options (len(args) if none)
+class _Subcommand(NamedTuple):
+    position: int  # first word after the global options (len(args) if none)
     candidates: tuple[int, ...]
     unknown: bool  # an expansion where the subcommand could be
 
@@ -276,24 +274,80 @@ def _locate_subcommand(args: Sequence[Word], syntax: ProgramSyntax) -> _Subcomma
     return _Subcommand(len(args), tuple(candidates), False)
 
 
-@dataclass(frozen=True)
-class _Hit:
+class _Hit(NamedTuple):
     token: str  # the argv word at fault
     label: str  # "git ls-remote --upload-pack"
     why: str
 
 
-def _rule_fires(rule: HardeningRule, words: Sequence[Word]) -> _Hit | None:
-    """Whether ``rule`` applies to ``words`` (program first), and where."""
-    syntax = PROGRAM_SYNTAX.get(rule.program or "", ProgramSyntax())
-    args = list(words[1:])
-    if syntax.bundle_first_arg and args:
-        first = args[0]
-        if first.value is not None and first.value and not first.value.startswith("-"):
-            args[0] = Word(first.text, "-" + first.value, "-" + first.value, False)
+@dataclass(frozen=True)
+class _ProgramRules:
+    """The hardening rules of one program, indexed by subcommand so that a
+    command is checked only against the rules that can apply to it."""
+
+    program: str
+    syntax: ProgramSyntax
+    general: tuple[HardeningRule, ...]
+    by_head: Mapping[str, tuple[HardeningRule, ...]]
+    with_subcommands: tuple[HardeningRule, ...]
+
+    @classmethod
+    def build(cls, program: str, rules: Sequence[HardeningRule]) -> _ProgramRules:
+        by_head: dict[str, list[HardeningRule]] = {}
+        for rule in rules:
+            for sub in rule.subcommands:
+                bucket = by_head.setdefault(sub.split()[0], [])
+                if rule not in bucket:
+                    bucket.append(rule)
+        return cls(
+            program,
+            PROGRAM_SYNTAX.get(program, ProgramSyntax()),
+            tuple(r for r in rules if not r.subcommands),
+            MappingProxyType({k: tuple(v) for k, v in by_head.items()}),
+            tuple(r for r in rules if r.subcommands),
+        )
+
+    def check(self, words: Sequence[Word]) -> _Hit | None:
+        args = list(words[1:])
+        syntax = self.syntax
+        if syntax.bundle_first_arg and args:
+            first = args[0]
+            if first.value and not first.value.startswith("-"):
+                args[0] = Word(first.text, "-" + first.value, "-" + first.value, False)
+        located = _locate_subcommand(args, syntax)
+        if located.unknown:
+            rules = self.general + self.with_subcommands
+        else:
+            rules = self.general
+            for idx in located.candidates:
+                rules += self.by_head.get(args[idx].value or "", ())
+        # Only words that are, or may expand to, an option can match an option
+        # rule; in most commands that is a handful.
+        options = [
+            i
+            for i, w in enumerate(args)
+            if (w.value is None and w.prefix[:1] in ("", "-")) or (w.value or "")[:1] == "-"
+        ]
+        for rule in rules:
+            hit = _rule_fires(rule, words, args, located, options, syntax)
+            if hit is not None:
+                return hit
+        return None
+
+
+def _rule_fires(
+    rule: HardeningRule,
+    words: Sequence[Word],
+    args: Sequence[Word],
+    located: _Subcommand,
+    options: Sequence[int],
+    syntax: ProgramSyntax,
+) -> _Hit | None:
+    """Whether ``rule`` applies to ``words`` (program first; ``args`` are the rest
+    as the program reads them; ``options`` the indexes of args that may be
+    options), and where."""
     if rule.unless_any and any(w.value in rule.unless_any for w in args):
         return None
-    located = _locate_subcommand(args, syntax)
     program = rule.program or ""
     label = program
     if rule.subcommands:
@@ -303,15 +357,17 @@ def _rule_fires(rule: HardeningRule, words: Sequence[Word]) -> _Hit | None:
         label = f"{program} {sub}"
         if rule.option is None and rule.pattern is None and rule.analyzer is None:
             return _Hit(sub, label, rule.why)
-    scope = args
+    limit = len(args)
     if rule.before_subcommand:
-        scope = args[: located.index + (1 if located.unknown else 0)]
+        limit = located.position + (1 if located.unknown else 0)
     if rule.option is not None:
-        for w in scope:
-            if _option_matches(rule.option, w, syntax):
-                return _Hit(w.text, f"{label} {rule.option}", rule.why)
+        for i in options:
+            if i >= limit:
+                break
+            if _option_matches(rule.option, args[i], syntax):
+                return _Hit(args[i].text, f"{label} {rule.option}", rule.why)
     if rule.pattern is not None:
-        for w in scope:
+        for w in args[:limit]:
             if w.value is None or rule.search(w.value):
                 return _Hit(w.text, f"{label} /{rule.pattern}/", rule.why)
     if rule.analyzer is not None:
@@ -497,7 +553,11 @@ class BashToolPolicy:
                 by_program.setdefault(rule.program, []).append(rule)
         set_(self, "_allowed", _Prefixes.build("allowed_command_prefixes", allowed))
         set_(self, "_no_confirm", _Prefixes.build("no_confirmation_prefixes", no_confirm))
-        set_(self, "_by_program", {k: tuple(v) for k, v in by_program.items()})
+        set_(
+            self,
+            "_by_program",
+            {k: _ProgramRules.build(k, v) for k, v in by_program.items()},
+        )
         set_(self, "_env_rules", tuple(r for r in rules if r.env is not None))
 
     def __hash__(self) -> int:
@@ -734,27 +794,26 @@ class BashToolPolicy:
         words = cmd.words
         if not words:
             return None
-        by_program: Mapping[str, tuple[HardeningRule, ...]] = self.__dict__["_by_program"]
+        by_program: Mapping[str, _ProgramRules] = self.__dict__["_by_program"]
         first = _program_name(words[0])
-        positions = [0]
+        positions: Iterable[int] = (0,)
         if first in _RUNS_ARGUMENTS:
-            positions.extend(range(1, len(words)))
+            positions = range(len(words))
         for pos in positions:
             name = _program_name(words[pos])
             rules = by_program.get(name) if name else None
-            if not rules:
+            if rules is None:
                 continue
-            for rule in rules:
-                hit = _rule_fires(rule, words[pos:])
-                if hit is not None:
-                    return _Blocked(
-                        "R7",
-                        f"{hit.label!r} in {_q(cmd.text)}: {hit.why}. This is blocked even "
-                        "when the program is allowed; an argument bash expands counts as "
-                        "one that could spell it.",
-                        cmd.text,
-                        hit.token,
-                    )
+            hit = rules.check(words[pos:])
+            if hit is not None:
+                return _Blocked(
+                    "R7",
+                    f"{hit.label!r} in {_q(cmd.text)}: {hit.why}. This is blocked even "
+                    "when the program is allowed; an argument bash expands counts as "
+                    "one that could spell it.",
+                    cmd.text,
+                    hit.token,
+                )
         env_rules: tuple[HardeningRule, ...] = self.__dict__["_env_rules"]
         if first in ("env", "export", "declare", "typeset", "local", "readonly"):
             for w in words[1:]:
