@@ -205,3 +205,23 @@ async def test_a_command_that_cannot_be_parsed_is_never_approved_by_a_rule(
     book.add(tool="shell", kind="command", words=("echo",), prefix=True, scope="always", ttl=60)
     assert book.match("shell", {}, subjects=(), session_id=None) is None
     assert book.match("shell", {}, subjects=(("echo", "x"),), session_id=None) is not None
+
+
+async def test_execute_bash_tool_rules_match_its_parsed_commands(tmp_path: Path) -> None:
+    from sandbox import ExecuteBashTool
+
+    workspace = tmp_path / "w"
+    workspace.mkdir()
+    human = Human(always(RulePattern(words=("echo",), prefix=True)))
+    runner = ToolRunner([ExecuteBashTool(workspace=workspace)],
+                        provider=CallbackConfirmationProvider(human, name="human"),
+                        store=ApprovalStore(tmp_path / "approvals.db"), session_id="s1")
+    first = await runner.call("execute_bash", {"command": "echo one"})
+    assert first["stdout"] == "one\n"
+    second = await runner.call("execute_bash", {"command": "echo two && echo three"})
+    assert second["stdout"] == "two\nthree\n"
+    assert human.asked == ["echo one"]  # the second call was approved by the rule
+    third = await runner.call("execute_bash", {"command": "echo four; touch made"})
+    assert third["status"] == "denied"  # `touch made` is not covered: the human was asked
+    assert not (workspace / "made").exists()
+    assert human.asked == ["echo one", "echo four; touch made"]
