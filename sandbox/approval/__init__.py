@@ -1,6 +1,14 @@
 """The human-in-the-loop gate: runner, providers, store, and the data between them."""
 
-from .models import ConfirmationRequest, Decision, args_digest, canonical_json
+from .console import ConsoleConfirmationProvider
+from .models import (
+    ConfirmationRequest,
+    Decision,
+    Remember,
+    RulePattern,
+    args_digest,
+    canonical_json,
+)
 from .providers import (
     AutoApprove,
     AutoDeny,
@@ -8,8 +16,11 @@ from .providers import (
     ConfirmationProvider,
     to_decision,
 )
+from .queue import QueueConfirmationProvider
+from .rules import Rule, RuleBook
 from .runner import ToolRunner
 from .store import ApprovalStore, CallRecord
+from .web import WebConfirmationProvider
 
 __all__ = [
     "ApprovalStore",
@@ -19,8 +30,15 @@ __all__ = [
     "CallbackConfirmationProvider",
     "ConfirmationProvider",
     "ConfirmationRequest",
+    "ConsoleConfirmationProvider",
     "Decision",
+    "QueueConfirmationProvider",
+    "Remember",
+    "Rule",
+    "RuleBook",
+    "RulePattern",
     "ToolRunner",
+    "WebConfirmationProvider",
     "args_digest",
     "canonical_json",
     "to_decision",
