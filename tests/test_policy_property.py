@@ -40,7 +40,7 @@ other_names = st.sampled_from(
 # has expanded or quote-removed them.
 tricky_names = st.sampled_from(
     ["l's'", "\\ls", "/bin/ls", "./ls", "$'\\x69d'", "ls${IFS}", "{id,}", "l[s]",
-     'e"cho"', "ech$x", "$(echo id)", "`echo id`", "i\\d", "ls\u00a0", "\\\nid"]
+     'e"cho"', "ech$x", "$(echo id)", "`echo id`", "i\\d", "ls\u00a0", "\\\nid", "ls\\\nblk", "ls\\\ncpu", "l\\\ns"]
 )  # fmt: skip
 # Weighted towards allowed names: only commands `check` allows are run, and those
 # are the ones that test the oracle.
@@ -67,7 +67,8 @@ redirect = st.sampled_from(
 benign_tricky_args = st.sampled_from(
     ["'a;b'", '"a|b"', "'$(id)'", "$'\\x41'", "\\;", "a\\ b", "#c", "a#b", "\\`id\\`",
      "$'\\x60id\\x60'", '"a\nb"', "'a\rb'", "$'\\r'", "\\$(id)", "\\\nid", "'\\'",
-     '"\\""', "\\'", "'a'\\''b'", "$'\\''", '"#"', "\\#;id", "\\&id", "x\\|id", "${x:-'$(id)'}"]
+     '"\\""', "\\'", "'a'\\''b'", "$'\\''", '"#"', "\\#;id", "\\&id", "x\\|id", "${x:-'$(id)'}",
+     "a\\\nb", '"$\\\n(id)"', "$\\\n(id)", ";\\\nid"]
 )  # fmt: skip
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import threading
 import unicodedata
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
@@ -597,7 +597,9 @@ class _Walk:
     tree-sitter did not see.
     """
 
-    def __init__(self, source: str, data: bytes, max_depth: int) -> None:
+    def __init__(
+        self, source: str, data: bytes, max_depth: int, data_ranges: bool, literal_ranges: bool
+    ) -> None:
         self.source = source
         self.data = data
         self.ascii = len(data) == len(source)
@@ -609,9 +611,10 @@ class _Walk:
         self.redirects: list[Redirect] = []
         self.findings: list[Finding] = []
         self.depth = 0
-        self.controls = bool(_control_positions(source))
+        self.controls = data_ranges
         self.data_ranges: list[tuple[int, int]] = []
         self.expansions = [m.start() for m in _EXPANSION_START.finditer(data)]
+        self.track_literals = literal_ranges or bool(self.expansions)
         self.claimed: set[int] = set()
         self.literal_ranges: list[tuple[int, int]] = []
 
@@ -800,6 +803,7 @@ class _Walk:
         max_depth = self.max_depth
         data = self.data
         track_expansions = bool(self.expansions)
+        track_literals = self.track_literals
         controls = self.controls
         dispatch = _DISPATCH
         # Module constants as locals: this loop runs once per node.
@@ -942,7 +946,7 @@ class _Walk:
                     if controls and ck in data_ids:
                         self.data_ranges.append((child.start_byte, child.end_byte))
                     if (
-                        track_expansions
+                        track_literals
                         and ck in literal_ids
                         and not (cctx & _DQUOTE and ck not in comment_ids)
                     ):
@@ -1040,6 +1044,38 @@ class _Walk:
             )
             return
 
+    def check_line_continuations(self, joins: list[int]) -> None:
+        """bash removes backslash-newline before it splits words; tree-sitter-bash
+        reads it as a blank. They agree only where a blank is next to it anyway:
+        ``ls\\<newline>blk`` runs lsblk, and ``"$\\<newline>(id)"`` runs id."""
+        data = self.data
+        for pos in joins:
+            if any(start <= pos < end for start, end in self.literal_ranges):
+                continue  # single quotes, $'...', comments, quoted here-documents
+            prev = data[pos - 1 : pos]
+            nxt = data[pos + 2 : pos + 3]
+            if any(start <= pos < end for start, end in self.data_ranges):
+                joined = prev == b"$"  # in double quotes only "$" + "(" matters
+            else:
+                joined = prev not in (b"", b" ", b"\t", b"\n") and nxt not in (
+                    b"",
+                    b" ",
+                    b"\t",
+                    b"\n",
+                )
+            if joined:
+                self.findings.append(
+                    Finding(
+                        "R6",
+                        "a backslash-newline joins two words or operators, which bash "
+                        "reads as one and tree-sitter-bash as two; put a blank before "
+                        "the backslash",
+                        "\\\n",
+                        self.offset(pos),
+                    )
+                )
+                return
+
     def arith_operand(self, node: Node) -> None:
         kind = node.kind_id
         if kind in _NUMBER or kind in _EXPRESSION:
@@ -1110,6 +1146,17 @@ class _Walk:
         )
 
 
+_CONTINUATION = re.compile(rb"\\+\n")
+
+
+def _line_continuations(data: bytes) -> list[int]:
+    """Offsets of the backslash of every backslash-newline that bash removes
+    (an odd run of backslashes before the newline)."""
+    if b"\\\n" not in data:
+        return []
+    return [m.end() - 2 for m in _CONTINUATION.finditer(data) if (m.end() - m.start()) % 2 == 0]
+
+
 def _first_error(root: Node) -> Node:
     """The first ERROR or MISSING node under ``root`` (which has one)."""
     stack = [root]
@@ -1155,10 +1202,13 @@ def parse(source: str, *, max_bytes: int = 65536, max_depth: int = 100) -> Parse
         if bad.is_missing:
             return early("R6", f"bash syntax error: missing {bad.type!r}", bad.type, at)
         return early("R6", f"bash syntax error near {snippet!r}", snippet, at)
-    walk = _Walk(source, data, max_depth)
+    joins = _line_continuations(data)
+    walk = _Walk(source, data, max_depth, bool(controls or joins), bool(joins))
     walk.run(root)
     if walk.expansions:
         walk.check_expansions()
+    if joins:
+        walk.check_line_continuations(joins)
     if controls:
         ranges = walk.data_ranges
         for pos in controls:
@@ -1167,17 +1217,27 @@ def parse(source: str, *, max_bytes: int = 65536, max_depth: int = 100) -> Parse
                 ch = source[pos]
                 walk.findings.append(Finding("R8", _control_message(ch), escape_controls(ch), pos))
                 break
-    by_offset = _BY_OFFSET
     return ParsedScript(
         source,
-        tuple(sorted(walk.commands, key=by_offset)),
-        tuple(sorted(walk.operators, key=by_offset)),
+        _in_order(walk.commands),
+        _in_order(walk.operators),
         tuple(walk.assignments),
         tuple(walk.functions),
-        tuple(sorted(walk.redirects, key=by_offset)),
-        tuple(sorted(walk.findings, key=_BY_RULE_THEN_OFFSET)),
+        _in_order(walk.redirects),
+        tuple(sorted(walk.findings, key=_BY_RULE_THEN_OFFSET))
+        if len(walk.findings) > 1
+        else tuple(walk.findings),
         walk.depth,
     )
+
+
+_Located = TypeVar("_Located", SimpleCommand, Operator, Redirect)
+
+
+def _in_order(items: list[_Located]) -> tuple[_Located, ...]:
+    if len(items) > 1:
+        items.sort(key=_BY_OFFSET)
+    return tuple(items)
 
 
 def _BY_OFFSET(item: SimpleCommand | Operator | Redirect) -> int:
