@@ -129,6 +129,10 @@ def compound(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
         inner.map(lambda c: f"echo \"${{x:-'{c}'}}\""),
         inner.map(lambda c: f"echo ${{x:-'{c}'}}"),
         inner.map(lambda c: f"cat <<EOF\n${{x:-'{c}'}}\nEOF"),
+        # bash joins backslash-newline in an expanding here-document before it
+        # looks for the delimiter, so the document may end earlier than it seems.
+        inner.map(lambda c: f"cat <<EOF\nE\\\nOF\n{c}\nEOF"),
+        inner.map(lambda c: f"cat <<EOF\na\\\n{c}\nEOF"),
     )
     return st.one_of(pair, wrapped)
 

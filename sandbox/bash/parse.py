@@ -776,7 +776,12 @@ class _Walk:
             )
         if body is None:
             return None
-        lines = self.text(body).split("\n")
+        text = self.text(body)
+        if not quoted and "\\\n" in text:
+            # bash joins backslash-newline in an expanding body before it looks
+            # for the delimiter: "E\\<newline>OF" ends the document.
+            text = _JOINED_LINE.sub(r"\1", text)
+        lines = text.split("\n")
         if any((line.lstrip("\t") if dash else line) == delimiter for line in lines):
             self.find(
                 "R6",
@@ -1147,6 +1152,7 @@ class _Walk:
 
 
 _CONTINUATION = re.compile(rb"\\+\n")
+_JOINED_LINE = re.compile(r"(?<!\\)((?:\\\\)*)\\\n")
 
 
 def _line_continuations(data: bytes) -> list[int]:
