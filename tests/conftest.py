@@ -4,17 +4,68 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from sandbox import ApprovalStore
+from sandbox.approval.memory_store import MemoryApprovalStore
+
 PROGRAMS = Path(__file__).parent / "programs"
+
+#: Backends a store test runs on. "memory": `MemoryApprovalStore` (what `ApprovalStore()`
+#: and a `ToolRunner` without a store use); "sqlite-memory": `ApprovalStore(":memory:")`;
+#: "sqlite-file": `ApprovalStore(path)`.
+STORE_BACKENDS = ("memory", "sqlite-memory", "sqlite-file")
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def _sqlite_new(cls: type[ApprovalStore], *args: Any, **kwargs: Any) -> ApprovalStore:
+    return object.__new__(cls)
+
+
+@pytest.fixture(params=("memory", "sqlite-memory"))
+def store_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs the test once per in-process backend.
+
+    Under "memory", `ApprovalStore()` without a path — and so a `ToolRunner` without a
+    store — is a `MemoryApprovalStore` (the default); under "sqlite-memory" it is patched
+    to be SQLite in memory, as it was before the memory backend existed.
+    """
+    if request.param == "sqlite-memory":
+        monkeypatch.setattr(ApprovalStore, "__new__", staticmethod(_sqlite_new))
+    probe = ApprovalStore()
+    assert isinstance(probe, MemoryApprovalStore) == (request.param == "memory")
+    probe.close()
+    return str(request.param)
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def make_store(request: pytest.FixtureRequest,
+               tmp_path: Path) -> Iterator[Callable[..., ApprovalStore]]:
+    """A factory of stores of one backend per run; each call opens a new, empty store."""
+    opened: list[ApprovalStore] = []
+
+    def make(**kwargs: Any) -> ApprovalStore:
+        if request.param == "memory":
+            store: ApprovalStore = MemoryApprovalStore(**kwargs)
+        elif request.param == "sqlite-memory":
+            store = ApprovalStore(":memory:", **kwargs)
+        else:
+            store = ApprovalStore(tmp_path / f"approvals-{len(opened)}.db", **kwargs)
+        opened.append(store)
+        return store
+
+    make.backend = request.param  # type: ignore[attr-defined]
+    yield make
+    for store in opened:
+        store.close()
 
 
 class SideEffect:

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +31,20 @@ def paths(tmp_path: Path) -> dict[str, Path]:
 
 
 def make_runner(paths: dict[str, Path], ran: list[str], **kw: Any) -> ToolRunner:
+    """A runner on the file store, or on ``store=`` (a test running on every backend)."""
     def wipe(database: str) -> dict[str, Any]:
         ran.append(database)
         return {"wiped": database}
+    if "store" not in kw:
+        kw["store_path"] = str(paths["store"])
     return ToolRunner([FunctionTool(wipe, require_confirmation=True)],
-                      store_path=str(paths["store"]), audit_path=str(paths["audit"]),
-                      approval_ttl=TTL, **kw)
+                      audit_path=str(paths["audit"]), approval_ttl=TTL, **kw)
+
+
+def on_its_own(store: ApprovalStore) -> ApprovalStore | str:
+    """What a queue provider waits on: a store file is opened again (its own connection,
+    as another process would); an in-memory store is shared."""
+    return str(store.path) if store.path is not None else store
 
 
 def events(paths: dict[str, Path], call_id: str) -> list[dict[str, Any]]:
@@ -56,17 +65,19 @@ def assert_timed_out_everywhere(paths: dict[str, Path], runner: ToolRunner,
     assert not any(e["event"] in ("tool.started", "tool.finished") for e in evs)
 
 
-async def deferred(paths: dict[str, Path], ran: list[str]) -> tuple[ToolRunner, dict[str, Any]]:
-    runner = make_runner(paths, ran)
+async def deferred(paths: dict[str, Path], ran: list[str],
+                   **kw: Any) -> tuple[ToolRunner, dict[str, Any]]:
+    runner = make_runner(paths, ran, **kw)
     pending = await runner.call("wipe", {"database": "orders"}, call_id="c1")
     assert pending["status"] == "awaiting_confirmation"
     await anyio.sleep(TTL + 0.2)
     return runner, pending
 
 
-async def test_resume_after_expiry_is_timed_out(paths: dict[str, Path]) -> None:
+async def test_resume_after_expiry_is_timed_out(
+        paths: dict[str, Path], make_store: Callable[..., ApprovalStore]) -> None:
     ran: list[str] = []
-    runner, pending = await deferred(paths, ran)
+    runner, pending = await deferred(paths, ran, store=make_store())
     result = await runner.resume(pending["confirmation_id"], ToolConfirmation(confirmed=True))
     assert_timed_out_everywhere(paths, runner, result, "c1", ran)
     assert runner.store.get_request(pending["confirmation_id"]).status == "timed_out"
@@ -112,9 +123,9 @@ async def test_the_cli_refuses_an_expired_request_as_timed_out(paths: dict[str, 
 
 
 async def test_an_answer_recorded_in_time_but_applied_after_expiry_is_timed_out(
-        paths: dict[str, Path]) -> None:
+        paths: dict[str, Path], make_store: Callable[..., ApprovalStore]) -> None:
     ran: list[str] = []
-    runner = make_runner(paths, ran)
+    runner = make_runner(paths, ran, store=make_store())
     pending = await runner.call("wipe", {"database": "orders"}, call_id="c1")
     runner.store.submit_answer(pending["confirmation_id"], {"outcome": "approve"},
                                decided_by="alice", channel="web")
@@ -124,11 +135,12 @@ async def test_an_answer_recorded_in_time_but_applied_after_expiry_is_timed_out(
 
 
 async def test_a_waiting_provider_gives_up_when_the_request_expires(
-        paths: dict[str, Path]) -> None:
+        paths: dict[str, Path], make_store: Callable[..., ApprovalStore]) -> None:
     ran: list[str] = []
-    provider = QueueConfirmationProvider(str(paths["store"]), timeout=20, poll_interval=0.05,
+    store = make_store()
+    provider = QueueConfirmationProvider(on_its_own(store), timeout=20, poll_interval=0.05,
                                          on_timeout="pending")
-    runner = make_runner(paths, ran, provider=provider)
+    runner = make_runner(paths, ran, provider=provider, store=store)
     started = time.monotonic()
     result = await runner.call("wipe", {"database": "orders"}, call_id="c1")
     assert time.monotonic() - started < 5  # ended by the request's deadline, not the wait's
@@ -137,13 +149,14 @@ async def test_a_waiting_provider_gives_up_when_the_request_expires(
 
 
 async def test_a_provider_timeout_with_pending_default_keeps_the_request_answerable(
-        paths: dict[str, Path]) -> None:
+        make_store: Callable[..., ApprovalStore]) -> None:
     ran: list[str] = []
-    provider = QueueConfirmationProvider(str(paths["store"]), timeout=0.2, poll_interval=0.05,
+    store = make_store()
+    provider = QueueConfirmationProvider(on_its_own(store), timeout=0.2, poll_interval=0.05,
                                          on_timeout="pending")
     runner = ToolRunner([FunctionTool(lambda database: ran.append(database) or {"ok": 1},
                                       name="wipe", require_confirmation=True)],
-                        provider=provider, store_path=str(paths["store"]))
+                        provider=provider, store=store)
     result = await runner.call("wipe", {"database": "orders"})
     assert result["status"] == "awaiting_confirmation"
     later = await runner.resume(result["confirmation_id"], True)
@@ -151,10 +164,11 @@ async def test_a_provider_timeout_with_pending_default_keeps_the_request_answera
 
 
 async def test_a_provider_timeout_with_deny_default_is_recorded_as_timed_out(
-        paths: dict[str, Path]) -> None:
+        paths: dict[str, Path], make_store: Callable[..., ApprovalStore]) -> None:
     ran: list[str] = []
-    provider = QueueConfirmationProvider(str(paths["store"]), timeout=0.2, poll_interval=0.05)
-    runner = make_runner(paths, ran, provider=provider)
+    store = make_store()
+    provider = QueueConfirmationProvider(on_its_own(store), timeout=0.2, poll_interval=0.05)
+    runner = make_runner(paths, ran, provider=provider, store=store)
     result = await runner.call("wipe", {"database": "orders"}, call_id="c1")
     assert_timed_out_everywhere(paths, runner, result, "c1", ran)
 

@@ -68,7 +68,7 @@ def test_threads_approving_the_same_request_on_one_runner_run_the_tool_once(
 
 
 def test_threads_approving_the_same_request_on_an_in_memory_store_run_the_tool_once(
-    effect: SideEffect,
+    effect: SideEffect, store_backend: str,
 ) -> None:
     runner = ToolRunner([append_tool(effect)])
     parked = runner.call_sync("append", {"text": "a"})
@@ -92,16 +92,53 @@ def test_separate_runners_on_one_store_file_approving_at_once_run_the_tool_once(
     assert effect.lines == ["a"]
 
 
-def test_threads_reusing_one_call_id_run_the_tool_once(effect: SideEffect,
-                                                         tmp_path: Path) -> None:
-    runner = ToolRunner([append_tool(effect, require_confirmation=False)],
-                        store_path=str(tmp_path / "a.db"))
+def test_threads_reusing_one_call_id_run_the_tool_once(
+        effect: SideEffect, make_store: Callable[..., ApprovalStore]) -> None:
+    runner = ToolRunner([append_tool(effect, require_confirmation=False)], store=make_store())
 
     results = race(N, lambda i: runner.call_sync("append", {"text": "a"}, call_id="same"))
 
     assert outcomes(results).count("ran") >= 1  # a late replay returns the recorded result
     assert all(r.get("status") in (None, "running") for r in results)
     assert effect.lines == ["a"]
+
+
+def test_threads_claiming_one_grant_in_the_store_get_it_once(
+        make_store: Callable[..., ApprovalStore]) -> None:
+    store = make_store()
+    store.open_call("c1", "t", "d", {})
+    rid = store.add_request(call_id="c1", tool="t", args={}, digest="d", hint="",
+                            payload=None, kind="static", expires_at=None).id
+    store.decide(rid, status="approved")
+
+    claims = race(N, lambda i: {"status": "ran" if store.start("c1", "d") else "rejected"})
+
+    assert outcomes(claims) == ["ran"] + ["rejected"] * (N - 1)
+    assert [s for s, _, _ in store.journal("c1")].count("started") == 1
+
+
+def test_threads_deciding_one_request_in_the_store_decide_it_once(
+        make_store: Callable[..., ApprovalStore]) -> None:
+    from sandbox.errors import ConfirmationStateError
+
+    store = make_store()
+    store.open_call("c1", "t", "d", {})
+    rid = store.add_request(call_id="c1", tool="t", args={}, digest="d", hint="",
+                            payload=None, kind="static", expires_at=None).id
+
+    def decide(i: int) -> dict[str, Any]:
+        try:
+            store.decide(rid, status="approved" if i % 2 else "denied", decided_by=f"h{i}",
+                         start=bool(i % 2))
+        except ConfirmationStateError:
+            return {"status": "rejected"}
+        return {"written": i}
+
+    results = race(N, decide)
+
+    assert outcomes(results) == ["ran"] + ["rejected"] * (N - 1)
+    journal = [s for s, _, _ in store.journal("c1")]
+    assert journal in (["new", "awaiting", "approved", "started"], ["new", "awaiting", "denied"])
 
 
 def test_processes_approving_the_same_request_run_the_tool_once(

@@ -30,7 +30,8 @@ from sandbox import (
 
 from .conftest import SideEffect
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(15)]
+# Every test here runs on both in-process backends (MemoryApprovalStore, SQLite in memory).
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(15), pytest.mark.usefixtures("store_backend")]
 
 
 def append_tool(effect: SideEffect, *, require_confirmation: Any = True,

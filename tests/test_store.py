@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,13 @@ from sandbox import (
     ToolConfirmation,
     ToolRunner,
     UnknownCallError,
+    UnknownConfirmationError,
 )
+from sandbox.approval.memory_store import MemoryApprovalStore
 
 from .conftest import Processes, SideEffect
+
+MakeStore = Callable[..., ApprovalStore]
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -50,8 +55,9 @@ def states(runner: ToolRunner, call_id: str) -> list[str]:
 # -- single-use grants ------------------------------------------------------------------
 
 
-async def test_resuming_twice_runs_the_tool_at_most_once(effect: SideEffect, db: str) -> None:
-    runner = ToolRunner([append_tool(effect)], store_path=db)
+async def test_resuming_twice_runs_the_tool_at_most_once(effect: SideEffect,
+                                                         make_store: MakeStore) -> None:
+    runner = ToolRunner([append_tool(effect)], store=make_store())
     parked = await runner.call("append", {"text": "a"}, call_id="c1")
 
     first = await runner.resume(parked["confirmation_id"], ToolConfirmation(confirmed=True))
@@ -62,7 +68,8 @@ async def test_resuming_twice_runs_the_tool_at_most_once(effect: SideEffect, db:
     assert effect.lines == ["a"]
 
 
-async def test_a_denial_cannot_be_overturned_by_a_later_approval(effect: SideEffect) -> None:
+async def test_a_denial_cannot_be_overturned_by_a_later_approval(effect: SideEffect,
+                                                                 store_backend: str) -> None:
     runner = ToolRunner([append_tool(effect)])
     parked = await runner.call("append", {"text": "a"})
     await runner.resume(parked["confirmation_id"], Decision.deny("no"))
@@ -74,7 +81,7 @@ async def test_a_denial_cannot_be_overturned_by_a_later_approval(effect: SideEff
 
 
 async def test_resuming_with_other_arguments_runs_nothing_and_the_request_stays_pending(
-    effect: SideEffect,
+    effect: SideEffect, store_backend: str,
 ) -> None:
     runner = ToolRunner([append_tool(effect)])
     parked = await runner.call("append", {"text": "ls"}, call_id="c1")
@@ -105,8 +112,9 @@ async def test_arguments_tampered_in_the_store_file_are_detected_and_nothing_run
     assert runner.store.get_request(parked["confirmation_id"]).status == "error"
 
 
-async def test_a_grant_is_bound_to_its_call_and_digest_in_the_store() -> None:
-    store = ApprovalStore()
+async def test_a_grant_is_bound_to_its_call_and_digest_in_the_store(
+        make_store: MakeStore) -> None:
+    store = make_store()
     store.open_call("c1", "t", "digest-a", {"x": 1})
 
     assert store.start("c1", "digest-b") is False  # another digest: not the call opened
@@ -118,9 +126,9 @@ async def test_a_grant_is_bound_to_its_call_and_digest_in_the_store() -> None:
 
 
 async def test_journal_of_an_approved_call_reads_approved_started_done(
-    effect: SideEffect, db: str
+    effect: SideEffect, make_store: MakeStore
 ) -> None:
-    runner = ToolRunner([append_tool(effect)], store_path=db)
+    runner = ToolRunner([append_tool(effect)], store=make_store())
     parked = await runner.call("append", {"text": "a"}, call_id="c1")
     await runner.resume(parked["confirmation_id"], True)
 
@@ -129,7 +137,7 @@ async def test_journal_of_an_approved_call_reads_approved_started_done(
 
 
 async def test_journal_of_a_provider_approved_call_reads_approved_started_done(
-    effect: SideEffect,
+    effect: SideEffect, store_backend: str,
 ) -> None:
     runner = ToolRunner([append_tool(effect)], provider=AutoApprove())
     await runner.call("append", {"text": "a"}, call_id="c1")
@@ -137,14 +145,15 @@ async def test_journal_of_a_provider_approved_call_reads_approved_started_done(
     assert states(runner, "c1") == ["new", "awaiting", "approved", "started", "done"]
 
 
-async def test_journal_of_a_denied_call_never_shows_started(effect: SideEffect) -> None:
+async def test_journal_of_a_denied_call_never_shows_started(effect: SideEffect,
+                                                            store_backend: str) -> None:
     runner = ToolRunner([append_tool(effect)], provider=AutoDeny("no"))
     await runner.call("append", {"text": "a"}, call_id="c1")
 
     assert states(runner, "c1") == ["new", "awaiting", "denied"]
 
 
-async def test_journal_records_who_decided(effect: SideEffect) -> None:
+async def test_journal_records_who_decided(effect: SideEffect, store_backend: str) -> None:
     runner = ToolRunner([append_tool(effect)])
     parked = await runner.call("append", {"text": "a"}, call_id="c1")
     await runner.resume(parked["confirmation_id"], True, decided_by="alice")
@@ -240,7 +249,8 @@ async def test_apply_answers_runs_every_answered_request_once(effect: SideEffect
     assert [r.id for r in await runner.pending()] == [unanswered["confirmation_id"]]
 
 
-async def test_a_second_submitted_answer_is_refused(effect: SideEffect) -> None:
+async def test_a_second_submitted_answer_is_refused(effect: SideEffect,
+                                                    store_backend: str) -> None:
     runner = ToolRunner([append_tool(effect)])
     parked = await runner.call("append", {"text": "a"})
     runner.store.submit_answer(parked["confirmation_id"], Decision.deny("no"))
@@ -252,7 +262,7 @@ async def test_a_second_submitted_answer_is_refused(effect: SideEffect) -> None:
 
 
 async def test_a_malformed_submitted_answer_is_refused_and_does_not_block_the_real_one(
-    effect: SideEffect,
+    effect: SideEffect, store_backend: str,
 ) -> None:
     runner = ToolRunner([append_tool(effect)])
     parked = await runner.call("append", {"text": "a"})
@@ -265,7 +275,7 @@ async def test_a_malformed_submitted_answer_is_refused_and_does_not_block_the_re
 
 
 async def test_resume_without_an_answer_and_none_recorded_is_a_clear_error(
-    effect: SideEffect,
+    effect: SideEffect, store_backend: str,
 ) -> None:
     runner = ToolRunner([append_tool(effect)])
     parked = await runner.call("append", {"text": "a"})
@@ -278,7 +288,7 @@ async def test_resume_without_an_answer_and_none_recorded_is_a_clear_error(
 
 
 async def test_an_expired_request_is_recorded_as_timed_out_never_approved(
-    effect: SideEffect,
+    effect: SideEffect, store_backend: str,
 ) -> None:
     import anyio
 
@@ -295,7 +305,7 @@ async def test_an_expired_request_is_recorded_as_timed_out_never_approved(
     assert runner.store.get_call("c1").state == "timed_out"
 
 
-async def test_the_pending_queue_is_bounded(effect: SideEffect) -> None:
+async def test_the_pending_queue_is_bounded(effect: SideEffect, store_backend: str) -> None:
     runner = ToolRunner([append_tool(effect)], store=ApprovalStore(max_pending=2))
     await runner.call("append", {"text": "a"})
     await runner.call("append", {"text": "b"})
@@ -337,6 +347,193 @@ def test_a_file_that_is_not_a_database_is_a_clear_error(db: str) -> None:
         ApprovalStore(db)
 
 
-def test_an_unknown_call_id_is_an_unknown_call_error() -> None:
+def test_an_unknown_call_id_is_an_unknown_call_error(make_store: MakeStore) -> None:
     with pytest.raises(UnknownCallError, match="nope"):
-        ApprovalStore().get_call("nope")
+        make_store().get_call("nope")
+
+
+# -- the backends ---------------------------------------------------------------------------------
+
+
+def test_the_backend_follows_the_path(tmp_path: Path) -> None:
+    memory = ApprovalStore()
+    sqlite_memory = ApprovalStore(":memory:")
+    on_file = ApprovalStore(tmp_path / "approvals.db")
+
+    assert type(memory) is MemoryApprovalStore and memory.path is None
+    assert type(sqlite_memory) is ApprovalStore and sqlite_memory.path is None
+    assert type(on_file) is ApprovalStore and on_file.path == tmp_path / "approvals.db"
+    assert all(isinstance(s, ApprovalStore) for s in (memory, sqlite_memory, on_file))
+    assert type(ToolRunner([]).store) is MemoryApprovalStore
+    assert type(ToolRunner([], store_path=str(tmp_path / "b.db")).store) is ApprovalStore
+    with pytest.raises(StoreError, match="ApprovalStore"):
+        MemoryApprovalStore(tmp_path / "approvals.db")
+    with pytest.raises(StoreError, match="max_pending"):
+        ApprovalStore(max_pending=0)
+
+
+def test_a_closed_memory_store_refuses_to_work() -> None:
+    store = ApprovalStore()
+    store.open_call("c1", "t", "d", {})
+    store.close()
+
+    with pytest.raises(StoreError, match="closed"):
+        store.start("c1", "d")
+
+
+def _script(store: ApprovalStore) -> list[Any]:
+    """Every store operation the gate uses, with its outcome or error, ids normalised."""
+    import re
+    import time
+
+    from sandbox.approval.rules import RuleBook
+
+    seen: list[Any] = []
+    names: dict[str, str] = {}
+
+    def norm(value: Any) -> Any:
+        text = json.dumps(value, default=repr, sort_keys=True)
+        for real, alias in names.items():
+            text = text.replace(real, alias)
+        return json.loads(re.sub(r"\d{4}-\d\d-\d\dT[\d:.+]+", "<time>", text))
+
+    def name(rid: str) -> str:
+        names.setdefault(rid, f"<id{len(names)}>")
+        return rid
+
+    def step(label: str, fn: Callable[[], Any]) -> Any:
+        try:
+            out = fn()
+        except Exception as exc:  # the error is part of the behaviour compared
+            seen.append((label, type(exc).__name__, norm(str(exc))))
+            return None
+        shown: Any = out
+        if hasattr(out, "model_dump"):
+            shown = out.model_dump(exclude={"created_at", "expires_at"})
+        elif hasattr(out, "__dataclass_fields__"):
+            shown = {k: v for k, v in vars(out).items()
+                     if k not in ("created", "updated", "owner")}
+        elif isinstance(out, list):
+            shown = [o.model_dump(exclude={"created_at", "expires_at"})
+                     if hasattr(o, "model_dump") else o for o in out]
+        seen.append((label, norm(shown)))
+        return out
+
+    def ask(call_id: str, expires: float | None = None, **kw: Any) -> str:
+        req = store.add_request(call_id=call_id, tool="t", args={"x": call_id},
+                                digest=f"d-{call_id}", hint="h", payload=kw.get("payload"),
+                                kind="static", expires_at=expires, details=kw.get("details"))
+        seen.append(("asked", call_id, norm(req.model_dump(exclude={"id", "created_at",
+                                                                    "expires_at"}))))
+        return name(req.id)
+
+    for cid in ("c1", "c2", "c3", "c4", "c5", "c6"):
+        step(f"open {cid}", lambda cid=cid: store.open_call(cid, "t", f"d-{cid}", {"x": cid}))
+    step("open c1 again", lambda: store.open_call("c1", "t", "d-c1", {"x": "c1"}))
+    step("start wrong digest", lambda: store.start("c1", "d-other"))
+    r1 = ask("c1", payload={"p": [1, 2]}, details={"why": "risky"})
+    step("pending", store.pending)
+    step("count", lambda: store.count_requests("c1"))
+    step("submit", lambda: store.submit_answer(r1, {"confirmed": True}, decided_by="ann",
+                                               channel="web"))
+    step("submit twice", lambda: store.submit_answer(r1, {"confirmed": False}))
+    step("answer", lambda: store.get_answer(r1))
+    step("states", lambda: store.answer_states([r1, "cf_nope"]))
+    step("answered", store.answered_requests)
+    step("approve+claim", lambda: store.decide(r1, status="approved", outcome="approve",
+                                               decided_by="ann", channel="web",
+                                               decision={"outcome": "approve"}, start=True))
+    step("answer after decision", lambda: store.get_answer(r1))
+    step("approve again", lambda: store.decide(r1, status="approved", start=True))
+    step("claim again", lambda: store.start("c1", "d-c1"))
+    step("finish c1", lambda: store.finish("c1", "done", {"r": {1}, "s": "é"}))
+    step("finish c1 again", lambda: store.finish("c1", "failed", {"late": True}))
+    step("call c1", lambda: store.get_call("c1"))
+    step("decision c1", lambda: {k: v for k, v in (store.request_decision(r1) or {}).items()
+                                 if k != "decided_at"})
+    r2 = ask("c2", expires=time.time() - 1)
+    step("approve expired", lambda: store.decide(r2, status="approved", start=True))
+    step("request c2", lambda: store.get_request(r2).status)
+    step("submit expired", lambda: store.submit_answer(r2, True))
+    r3 = ask("c3")
+    step("edit", lambda: store.decide(r3, status="edited", outcome="edit", decided_by="bo"))
+    step("grant", lambda: store.grant("c3", "d-edited", {"x": "edited"}))
+    step("grant again", lambda: store.grant("c3", "d-edited", {"x": "edited"}))
+    step("start original", lambda: store.start("c3", "d-c3"))
+    step("start edited", lambda: store.start("c3", "d-edited"))
+    step("start edited again", lambda: store.start("c3", "d-edited"))
+    r4 = ask("c4")
+    step("deny", lambda: store.decide(r4, status="denied", outcome="deny", reason="no",
+                                      call_result={"status": "denied"}))
+    step("ask for a finished call", lambda: ask("c4"))
+    r5 = ask("c5", expires=time.time() + 0.05)
+    time.sleep(0.1)
+    step("pending after expiry", store.pending)
+    step("request c5", lambda: store.get_request(r5).status)
+    r6 = ask("c6")
+    step("end c6 while awaiting", lambda: store.finish("c6", "error", {"status": "error"}))
+    step("approve+claim an ended call", lambda: store.decide(r6, status="approved",
+                                                             start=True))
+    step("request c6 still pending", lambda: store.get_request(r6).status)
+    step("unknown decide", lambda: store.decide("cf_nope", status="approved"))
+    step("unknown request", lambda: store.get_request("cf_nope"))
+    step("unknown call", lambda: store.get_call("nope"))
+    step("unknown journal", lambda: store.journal("nope"))
+    step("in doubt", store.in_doubt)
+    for cid in ("c1", "c2", "c3", "c4", "c5", "c6"):
+        step(f"journal {cid}", lambda cid=cid: [(s, d) for s, _, d in store.journal(cid)])
+        step(f"state {cid}", lambda cid=cid: store.get_call(cid).state)
+    book = RuleBook(store)
+    rule = book.add(tool="t", kind="args", args={"x": "c7"}, scope="always", ttl=60)
+    name(rule.id)
+    step("match", lambda: [r.id for r in book.match("t", {"x": "c7"}, subjects=None,
+                                                    session_id=None) or []])
+    step("no match", lambda: book.match("t", {"x": "c8"}, subjects=None, session_id=None))
+    step("revoke", lambda: book.revoke(rule.id, by="eve").model_dump(
+        include={"id", "revoked_by", "uses", "state"}))
+    step("revoke unknown", lambda: book.revoke("rule_nope"))
+    step("rules", lambda: [(r.id, r.state, r.uses) for r in book.rules(include_inactive=True)])
+    return seen
+
+
+def test_every_backend_behaves_the_same(tmp_path: Path) -> None:
+    runs = {
+        "memory": _script(MemoryApprovalStore()),
+        "sqlite-memory": _script(ApprovalStore(":memory:")),
+        "sqlite-file": _script(ApprovalStore(tmp_path / "approvals.db")),
+    }
+
+    assert runs["memory"] == runs["sqlite-memory"] == runs["sqlite-file"]
+    seen = {entry[0]: entry[1:] for entry in runs["memory"]}
+    assert seen["journal c1"] == ([["new", None], ["awaiting", "<id0>"],
+                                   ["answered", "<id0> by ann"], ["approved", "<id0> by ann"],
+                                   ["started", "d-c1"], ["done", None]],)
+    assert seen["approve+claim an ended call"][0] == "ConfirmationStateError"
+    assert seen["request c6 still pending"] == ("pending",)  # the refusal recorded nothing
+    assert seen["start edited"] == (True,) and seen["start edited again"] == (False,)
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite-memory"])
+def test_finished_calls_beyond_max_history_are_forgotten_never_pending_ones(
+        backend: str) -> None:
+    store = MemoryApprovalStore(max_history=10) if backend == "memory" else ApprovalStore(
+        ":memory:", max_history=10)
+    store.open_call("waiting", "t", "d", {})
+    store.add_request(call_id="waiting", tool="t", args={}, digest="d", hint="",
+                      payload=None, kind="static", expires_at=None)
+    for i in range(2047):
+        store.open_call(f"c{i}", "t", "d", {})
+        assert store.start(f"c{i}", "d")
+        store.finish(f"c{i}", "done", {"i": i})
+
+    kept = []
+    for i in range(2047):
+        try:
+            kept.append(store.get_call(f"c{i}").call_id)
+        except UnknownCallError:
+            pass
+    assert kept == [f"c{i}" for i in range(2036, 2047)]
+    assert store.get_call("waiting").state == "awaiting"
+    assert [r.call_id for r in store.pending()] == ["waiting"]
+    with pytest.raises(UnknownConfirmationError):
+        store.decide("cf_nope", status="denied")

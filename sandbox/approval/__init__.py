@@ -1,6 +1,7 @@
 """The human-in-the-loop gate: runner, providers, store, and the data between them."""
 
 from .console import ConsoleConfirmationProvider
+from .memory_store import MemoryApprovalStore
 from .models import (
     ConfirmationRequest,
     Decision,
@@ -32,6 +33,7 @@ __all__ = [
     "ConfirmationRequest",
     "ConsoleConfirmationProvider",
     "Decision",
+    "MemoryApprovalStore",
     "QueueConfirmationProvider",
     "Remember",
     "Rule",

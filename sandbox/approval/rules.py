@@ -14,7 +14,8 @@ temporary:
   expiry, and can be listed and revoked (``sandbox approvals rules``); a revoked or
   expired rule stops matching at once, in every process sharing the store.
 
-Rules live in the approval store's SQLite file, in their own table.
+Rules live in the approval store (its own table in a SQLite file; plain rows in a
+`MemoryApprovalStore`), read and written only through the store's ``_rule*`` methods.
 """
 
 from __future__ import annotations
@@ -47,34 +48,7 @@ SESSION_TTL = 24 * 3600.0
 ALWAYS_TTL = 30 * 24 * 3600.0
 MAX_TTL = 366 * 24 * 3600.0
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS rules (
-    id          TEXT PRIMARY KEY,
-    tool        TEXT NOT NULL,
-    kind        TEXT NOT NULL,
-    words       TEXT,
-    prefix      INTEGER NOT NULL DEFAULT 0,
-    args        TEXT,
-    digest      TEXT,
-    scope       TEXT NOT NULL,
-    session_id  TEXT,
-    created     REAL NOT NULL,
-    expires     REAL NOT NULL,
-    created_by  TEXT,
-    channel     TEXT,
-    request_id  TEXT,
-    revoked     REAL,
-    revoked_by  TEXT,
-    uses        INTEGER NOT NULL DEFAULT 0,
-    last_used   REAL
-);
-CREATE INDEX IF NOT EXISTS rules_by_tool ON rules(tool, revoked, expires);
-"""
 
-_COLUMNS = (
-    "id, tool, kind, words, prefix, args, digest, scope, session_id, created, expires, "
-    "created_by, channel, request_id, revoked, revoked_by, uses, last_used"
-)
 
 
 def _utc(ts: float) -> datetime:
@@ -199,8 +173,6 @@ class RuleBook:
         self.store = store
         self.session_ttl = session_ttl
         self.always_ttl = always_ttl
-        with store._lock:
-            store._db.executescript(_SCHEMA)
 
     # -- making rules ----------------------------------------------------------------
 
@@ -262,33 +234,29 @@ class RuleBook:
 
     def _add_many(self, specs: list[dict[str, Any]]) -> list[Rule]:
         now = time.time()
-        ids: list[str] = []
-        with self.store._tx():
-            for spec in specs:
-                kind = spec["kind"]
-                words = spec.get("words")
-                if kind == "command" and not words:
-                    raise RuleError("a command rule needs at least one word")
-                if kind == "args" and spec.get("args") is None:
-                    raise RuleError("an arguments rule needs the arguments")
-                if spec["scope"] == "session" and not spec.get("session_id"):
-                    raise RuleError("a session rule needs a session id")
-                if not 0 < spec["ttl"] <= MAX_TTL:
-                    raise RuleError(f"a rule's ttl must be in (0, {MAX_TTL:g}] seconds")
-                rid = new_id("rule")
-                self.store._db.execute(
-                    f"INSERT INTO rules({_COLUMNS}) VALUES "
-                    "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,NULL,NULL,0,NULL)",
-                    (rid, spec["tool"], kind,
-                     None if words is None else json.dumps(list(words), ensure_ascii=False),
-                     int(bool(spec.get("prefix"))),
-                     None if spec.get("args") is None else canonical_json(spec["args"]),
-                     spec.get("digest"), spec["scope"], spec.get("session_id"), now,
-                     now + spec["ttl"], spec.get("created_by"), spec.get("channel"),
-                     spec.get("request_id")),
-                )
-                ids.append(rid)
-        return [self.get(rid) for rid in ids]
+        rows: list[tuple[Any, ...]] = []
+        for spec in specs:  # every rule is checked before any is saved: all or none
+            kind = spec["kind"]
+            words = spec.get("words")
+            if kind == "command" and not words:
+                raise RuleError("a command rule needs at least one word")
+            if kind == "args" and spec.get("args") is None:
+                raise RuleError("an arguments rule needs the arguments")
+            if spec["scope"] == "session" and not spec.get("session_id"):
+                raise RuleError("a session rule needs a session id")
+            if not 0 < spec["ttl"] <= MAX_TTL:
+                raise RuleError(f"a rule's ttl must be in (0, {MAX_TTL:g}] seconds")
+            rows.append((
+                new_id("rule"), spec["tool"], kind,
+                None if words is None else json.dumps(list(words), ensure_ascii=False),
+                int(bool(spec.get("prefix"))),
+                None if spec.get("args") is None else canonical_json(spec["args"]),
+                spec.get("digest"), spec["scope"], spec.get("session_id"), now,
+                now + spec["ttl"], spec.get("created_by"), spec.get("channel"),
+                spec.get("request_id"), None, None, 0, None,
+            ))
+        self.store._rules_insert(rows)
+        return [self.get(row[0]) for row in rows]
 
     # -- using rules -----------------------------------------------------------------
 
@@ -302,12 +270,7 @@ class RuleBook:
         tool-wide rule.
         """
         now = time.time()
-        with self.store._lock:
-            rows = self.store._db.execute(
-                f"SELECT {_COLUMNS} FROM rules WHERE tool=? AND revoked IS NULL AND expires>? "
-                "AND (scope='always' OR session_id=?) ORDER BY created",
-                (tool, now, session_id or ""),
-            ).fetchall()
+        rows = self.store._rules_active(tool, now, session_id)
         if not rows:  # the common case: nothing remembered for this tool
             return None
         rules = [_rule_from_row(r) for r in rows]
@@ -328,18 +291,13 @@ class RuleBook:
             if rule is None:
                 return None
             used.append(rule)
-        with self.store._tx():
-            for rule in used:
-                self.store._db.execute(
-                    "UPDATE rules SET uses=uses+1, last_used=? WHERE id=?", (now, rule.id))
+        self.store._rules_used([rule.id for rule in used], now)
         return used
 
     # -- seeing and revoking -------------------------------------------------------------
 
     def get(self, rule_id: str) -> Rule:
-        with self.store._lock:
-            row = self.store._db.execute(
-                f"SELECT {_COLUMNS} FROM rules WHERE id=?", (rule_id,)).fetchone()
+        row = self.store._rule_row(rule_id)
         if row is None:
             raise UnknownRuleError(
                 f"unknown rule id {rule_id!r}; list the rules with `sandbox approvals rules`")
@@ -347,30 +305,13 @@ class RuleBook:
 
     def rules(self, *, include_inactive: bool = False, tool: str | None = None) -> list[Rule]:
         """Rules, oldest first: active ones, or with ``include_inactive`` all of them."""
-        query = f"SELECT {_COLUMNS} FROM rules"
-        where: list[str] = []
-        params: list[Any] = []
-        if not include_inactive:
-            where.append("revoked IS NULL AND expires>?")
-            params.append(time.time())
-        if tool is not None:
-            where.append("tool=?")
-            params.append(tool)
-        if where:
-            query += " WHERE " + " AND ".join(where)
-        with self.store._lock:
-            rows = self.store._db.execute(query + " ORDER BY created, id", params).fetchall()
+        rows = self.store._rule_rows(include_inactive=include_inactive, tool=tool,
+                                     now=time.time())
         return [_rule_from_row(r) for r in rows]
 
     def revoke(self, rule_id: str, *, by: str | None = None) -> Rule:
         """Stop a rule from matching, from now on and in every process."""
-        with self.store._tx():
-            cur = self.store._db.execute(
-                "UPDATE rules SET revoked=?, revoked_by=? WHERE id=? AND revoked IS NULL",
-                (time.time(), by, rule_id),
-            )
-            exists = cur.rowcount == 1 or self.store._db.execute(
-                "SELECT 1 FROM rules WHERE id=?", (rule_id,)).fetchone() is not None
+        exists = self.store._rules_revoke(rule_id, by, time.time())
         if not exists:
             raise UnknownRuleError(
                 f"unknown rule id {rule_id!r}; list the rules with `sandbox approvals rules`")

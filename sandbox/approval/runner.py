@@ -52,6 +52,11 @@ class ToolRunner:
     waits in the store and the call returns ``{"status": "awaiting_confirmation",
     "confirmation_id": ...}`` until `resume` is called, from this or any other process
     sharing ``store_path``.
+
+    The store: ``store_path`` opens a SQLite file (shared by processes, survives
+    restarts); ``store`` takes any `ApprovalStore`; with neither, a `MemoryApprovalStore`
+    (this process only, forgotten at exit, the fastest: same guarantees within the
+    process). Pass ``store=ApprovalStore(":memory:")`` for SQLite in memory.
     """
 
     def __init__(

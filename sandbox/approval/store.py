@@ -11,6 +11,11 @@ threads or processes sharing the file:
 
 Every transition is also appended to ``journal``. A call left ``started`` by a process
 that no longer exists is reported as ``in_doubt`` and never started again.
+
+Backends: ``ApprovalStore(path)`` is SQLite in a file that several processes may share;
+``ApprovalStore(":memory:")`` is SQLite in memory; ``ApprovalStore()`` (no path) returns a
+`MemoryApprovalStore` (``memory_store.py``): the same methods and guarantees in plain
+Python objects under one lock, for a single process, several times faster per call.
 """
 
 from __future__ import annotations
@@ -98,7 +103,34 @@ CREATE TABLE IF NOT EXISTS journal (
     owner   TEXT,
     detail  TEXT
 );
+CREATE TABLE IF NOT EXISTS rules (
+    id          TEXT PRIMARY KEY,
+    tool        TEXT NOT NULL,
+    kind        TEXT NOT NULL,
+    words       TEXT,
+    prefix      INTEGER NOT NULL DEFAULT 0,
+    args        TEXT,
+    digest      TEXT,
+    scope       TEXT NOT NULL,
+    session_id  TEXT,
+    created     REAL NOT NULL,
+    expires     REAL NOT NULL,
+    created_by  TEXT,
+    channel     TEXT,
+    request_id  TEXT,
+    revoked     REAL,
+    revoked_by  TEXT,
+    uses        INTEGER NOT NULL DEFAULT 0,
+    last_used   REAL
+);
+CREATE INDEX IF NOT EXISTS rules_by_tool ON rules(tool, revoked, expires);
 """
+
+#: The columns of a rule row, in the order `RuleBook` reads them (both backends).
+RULE_COLUMNS = (
+    "id, tool, kind, words, prefix, args, digest, scope, session_id, created, expires, "
+    "created_by, channel, request_id, revoked, revoked_by, uses, last_used"
+)
 
 #: Call states. ``in_doubt``: started by a process that died before recording the end.
 TERMINAL_STATES = frozenset(
@@ -177,12 +209,28 @@ def new_id(prefix: str) -> str:
 
 
 class ApprovalStore:
-    """SQLite-backed store of calls, confirmation requests and the journal.
+    """SQLite-backed store of calls, confirmation requests, rules and the journal.
 
-    ``ApprovalStore()`` keeps everything in memory (one process); ``ApprovalStore(path)``
-    uses a file that several processes may share: pending requests survive restarts and
-    can be answered from another process.
+    ``ApprovalStore(path)`` uses a file that several processes may share: pending
+    requests survive restarts and can be answered from another process.
+    ``ApprovalStore(":memory:")`` is SQLite in this process's memory. ``ApprovalStore()``
+    without a path returns a `MemoryApprovalStore`: one process, everything in memory,
+    no SQLite (the fastest backend; what a `ToolRunner` without a store uses).
     """
+
+    def __new__(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        max_pending: int = 10_000,
+        max_history: int | None = -1,
+        busy_timeout: float = 10.0,
+    ) -> ApprovalStore:
+        if cls is ApprovalStore and path is None:
+            from .memory_store import MemoryApprovalStore
+
+            return object.__new__(MemoryApprovalStore)
+        return object.__new__(cls)
 
     def __init__(
         self,
@@ -370,12 +418,13 @@ class ApprovalStore:
         owner = _Owner.token()
         now = _now()
         with self._tx():
-            self._db.execute(
+            cur = self._db.execute(
                 "UPDATE calls SET state=?, result=?, updated=? WHERE call_id=? AND owner=? "
                 "AND state IN ('new', 'started', 'editing', 'awaiting')",
                 (state, _dump(result), now, call_id, owner),
             )
-            self._journal(call_id, state, owner, None, now)
+            if cur.rowcount == 1:  # the journal records transitions that happened
+                self._journal(call_id, state, owner, None, now)
 
     def grant(self, call_id: str, digest: str, run_args: dict[str, Any]) -> None:
         """Turn an `editing` call into an `approved` one bound to the edited digest."""
@@ -445,6 +494,23 @@ class ApprovalStore:
         edited_from: str | None = None,
         session_id: str | None = None,
     ) -> ConfirmationRequest:
+        """Park a confirmation request for a call in progress here; the call waits on it."""
+        rid, now = self._add_request(
+            call_id=call_id, tool=tool, args=args, digest=digest, hint=hint, payload=payload,
+            kind=kind, expires_at=expires_at, details=details, edited_from=edited_from,
+            session_id=session_id)
+        return self._built_request(rid, now, call_id=call_id, tool=tool, args=args,
+                                   digest=digest, hint=hint, payload=payload, kind=kind,
+                                   expires_at=expires_at, details=details,
+                                   edited_from=edited_from, session_id=session_id)
+
+    def _add_request(
+        self, *, call_id: str, tool: str, args: dict[str, Any], digest: str, hint: str,
+        payload: Any, kind: str, expires_at: float | None,
+        details: dict[str, Any] | None = None, edited_from: str | None = None,
+        session_id: str | None = None,
+    ) -> tuple[str, float]:
+        """`add_request` without building the request model: its id and creation time."""
         rid = new_id("cf")
         now = _now()
         owner = _Owner.token()
@@ -474,6 +540,14 @@ class ApprovalStore:
                  _dump(details or {}), now, expires_at, edited_from, session_id),
             )
             self._journal(call_id, "awaiting", owner, rid, now)
+        return rid, now
+
+    @staticmethod
+    def _built_request(
+        rid: str, now: float, *, call_id: str, tool: str, args: dict[str, Any], digest: str,
+        hint: str, payload: Any, kind: str, expires_at: float | None,
+        details: dict[str, Any] | None, edited_from: str | None, session_id: str | None,
+    ) -> ConfirmationRequest:
         # Built from the values just written, which the runner validated: constructing
         # without re-validation is a hot-path saving. `args` is copied so that a caller
         # mutating its dict cannot change what the request says was asked.
@@ -574,13 +648,14 @@ class ApprovalStore:
             call_state, grant = "editing", None
         else:
             call_state, grant = status, None
-        self._db.execute(
+        cur = self._db.execute(
             "UPDATE calls SET state=?, grant_digest=?, owner=?, result=?, updated=? "
             "WHERE call_id=? AND state='awaiting' AND request_id=?",
             (call_state, grant, owner, _dump(call_result), now, call_id, request_id),
         )
-        self._journal(call_id, call_state, owner, f"{request_id} by {decided_by or channel}",
-                      now)
+        if cur.rowcount == 1:
+            self._journal(call_id, call_state, owner,
+                          f"{request_id} by {decided_by or channel}", now)
 
     def _expire(self, req: ConfirmationRequest, now: float) -> None:
         self._db.execute(
@@ -590,12 +665,13 @@ class ApprovalStore:
         )
         result = {"status": "timed_out", "error": f"Confirmation timed out: {req.id} expired "
                   "before anyone answered it. The tool was not run."}
-        self._db.execute(
+        cur = self._db.execute(
             "UPDATE calls SET state='timed_out', result=?, updated=? WHERE call_id=? "
             "AND state='awaiting' AND request_id=?",
             (_dump(result), now, req.call_id, req.id),
         )
-        self._journal(req.call_id, "timed_out", None, f"{req.id} expired", now)
+        if cur.rowcount == 1:
+            self._journal(req.call_id, "timed_out", None, f"{req.id} expired", now)
 
     # -- answers from other processes --------------------------------------------------
 
@@ -748,6 +824,66 @@ class ApprovalStore:
                 params = (session_id,)
             rows = self._db.execute(query + " ORDER BY created, id", params).fetchall()
         return [_request_from_row(r) for r in rows]
+
+
+    # -- rules (rows in `RULE_COLUMNS` order; what `RuleBook` stores and reads) -----------
+
+    def _rules_insert(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Save rules, all or none."""
+        with self._tx():
+            self._db.executemany(
+                f"INSERT INTO rules({RULE_COLUMNS}) VALUES "
+                "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                rows,
+            )
+
+    def _rules_active(self, tool: str, now: float,
+                      session_id: str | None) -> list[tuple[Any, ...]]:
+        """Unrevoked, unexpired rules of `tool` for this session (or always), oldest first."""
+        with self._lock:
+            return list(self._db.execute(
+                f"SELECT {RULE_COLUMNS} FROM rules WHERE tool=? AND revoked IS NULL "
+                "AND expires>? AND (scope='always' OR session_id=?) ORDER BY created",
+                (tool, now, session_id or ""),
+            ).fetchall())
+
+    def _rules_used(self, rule_ids: Sequence[str], now: float) -> None:
+        with self._tx():
+            for rule_id in rule_ids:
+                self._db.execute(
+                    "UPDATE rules SET uses=uses+1, last_used=? WHERE id=?", (now, rule_id))
+
+    def _rule_row(self, rule_id: str) -> tuple[Any, ...] | None:
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT {RULE_COLUMNS} FROM rules WHERE id=?", (rule_id,)).fetchone()
+        return None if row is None else tuple(row)
+
+    def _rule_rows(self, *, include_inactive: bool, tool: str | None,
+                   now: float) -> list[tuple[Any, ...]]:
+        query = f"SELECT {RULE_COLUMNS} FROM rules"
+        where: list[str] = []
+        params: list[Any] = []
+        if not include_inactive:
+            where.append("revoked IS NULL AND expires>?")
+            params.append(now)
+        if tool is not None:
+            where.append("tool=?")
+            params.append(tool)
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        with self._lock:
+            return list(self._db.execute(query + " ORDER BY created, id", params).fetchall())
+
+    def _rules_revoke(self, rule_id: str, by: str | None, now: float) -> bool:
+        """Revoke a rule (once); False when no rule has this id."""
+        with self._tx():
+            cur = self._db.execute(
+                "UPDATE rules SET revoked=?, revoked_by=? WHERE id=? AND revoked IS NULL",
+                (now, by, rule_id),
+            )
+            return cur.rowcount == 1 or self._db.execute(
+                "SELECT 1 FROM rules WHERE id=?", (rule_id,)).fetchone() is not None
 
 
 def _timed_out_message(req: ConfirmationRequest) -> str:
