@@ -1,0 +1,95 @@
+"""`sandbox check`, `sandbox run`, `sandbox doctor` as a user runs them: real processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def sandbox(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sandbox", *args], capture_output=True,
+                          text=True, timeout=50, cwd=cwd, stdin=subprocess.DEVNULL)
+
+
+def write_policy(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "policy.toml"
+    path.write_text(body)
+    return str(path)
+
+
+def test_check_allows_with_exit_0_and_blocks_with_exit_1(tmp_path: Path) -> None:
+    policy = write_policy(tmp_path, 'allowed_command_prefixes = ["ls", "wc"]\n')
+    assert sandbox("check", "--policy", policy, "--", "ls -la | wc -l").returncode == 0
+    blocked = sandbox("check", "--policy", policy, "--", "ls; rm -rf /")
+    assert blocked.returncode == 1
+    assert "BLOCKED" in blocked.stdout and "rm" in blocked.stdout
+
+
+def test_check_json_names_rule_simple_command_and_token(tmp_path: Path) -> None:
+    policy = write_policy(tmp_path, 'allowed_command_prefixes = ["ls"]\n')
+    proc = sandbox("check", "--policy", policy, "--json", "--", "ls && /bin/rm x")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and report["allowed"] is False
+    assert report["rule"] == "R4" and report["token"] and report["simple_command"]
+
+
+def test_check_reports_a_bad_policy_file_with_its_field(tmp_path: Path) -> None:
+    policy = write_policy(tmp_path, "timeout_seconds = -3\n")
+    proc = sandbox("check", "--policy", policy, "--", "ls")
+    assert proc.returncode == 2 and "timeout_seconds" in proc.stderr
+
+
+def test_run_exits_with_the_commands_status(tmp_path: Path) -> None:
+    proc = sandbox("run", "--approve", "auto", "--workspace", str(tmp_path), "--",
+                   "echo out; exit 7")
+    assert proc.returncode == 7 and proc.stdout == "out\n"
+
+
+def test_run_blocked_command_exits_126_and_never_runs(tmp_path: Path) -> None:
+    policy = write_policy(tmp_path, 'allowed_command_prefixes = ["ls"]\n')
+    proc = sandbox("run", "--approve", "auto", "--policy", policy, "--workspace",
+                   str(tmp_path), "--", "touch pwned")
+    assert proc.returncode == 126 and not (tmp_path / "pwned").exists()
+
+
+def test_run_denied_command_exits_125_and_never_runs(tmp_path: Path) -> None:
+    proc = sandbox("run", "--approve", "deny", "--json", "--workspace", str(tmp_path), "--",
+                   "touch pwned")
+    assert proc.returncode == 125 and json.loads(proc.stdout)["status"] == "denied"
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_run_without_a_terminal_fails_closed(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        ["setsid", sys.executable, "-m", "sandbox", "run", "--workspace", str(tmp_path), "--",
+         "touch pwned"],
+        capture_output=True, text=True, timeout=50, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 125 and not (tmp_path / "pwned").exists()
+
+
+def test_run_timeout_exits_124(tmp_path: Path) -> None:
+    policy = write_policy(tmp_path, "timeout_seconds = 0.5\n")
+    proc = sandbox("run", "--approve", "auto", "--policy", policy, "--workspace",
+                   str(tmp_path), "--", "sleep 30")
+    assert proc.returncode == 124 and "timed out" in proc.stderr
+
+
+def test_doctor_reports_the_mechanism_in_use() -> None:
+    proc = sandbox("doctor", "--json")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0
+    assert report["containment"] in report["mechanisms"]
+    assert "whole-tree kill" in sandbox("doctor").stdout
+
+
+@pytest.mark.parametrize("command", ["check", "run", "doctor", "demo", "approvals", "audit",
+                                     "mcp"])
+def test_every_command_has_help_with_an_example(command: str) -> None:
+    proc = sandbox(command, "--help")
+    assert proc.returncode == 0 and "example" in proc.stdout
