@@ -340,6 +340,36 @@ def test_a_store_of_another_schema_version_is_refused(db: str) -> None:
         ApprovalStore(db)
 
 
+async def test_a_version_1_store_file_is_migrated_and_its_pending_requests_still_run(
+    effect: SideEffect, db: str
+) -> None:
+    runner = ToolRunner([append_tool(effect)], store_path=db)
+    parked = await runner.call("append", {"text": "a"}, call_id="c1")
+    runner.store.close()
+    with sqlite3.connect(db) as raw:  # what version 1 of the library wrote
+        raw.execute("DROP TRIGGER calls_journal_new")
+        raw.execute("DROP TRIGGER calls_journal_state")
+        raw.execute("ALTER TABLE calls DROP COLUMN note")
+        raw.execute("UPDATE meta SET value='1' WHERE key='schema'")
+
+    later = ToolRunner([append_tool(effect)], store=ApprovalStore(db))
+
+    assert await later.resume(parked["confirmation_id"], True) == {"written": "a"}
+    assert states(later, "c1") == ["new", "awaiting", "approved", "started", "done"]
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("2",)
+
+
+def test_without_update_returning_sqlite_behaves_the_same(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandbox.approval import store as store_module
+
+    expected = _script(MemoryApprovalStore())
+    monkeypatch.setattr(store_module, "_HAS_RETURNING", False)
+
+    assert _script(ApprovalStore(":memory:")) == expected
+
+
 def test_a_file_that_is_not_a_database_is_a_clear_error(db: str) -> None:
     Path(db).write_text("not sqlite " * 100)
 

@@ -9,8 +9,14 @@ threads or processes sharing the file:
   exactly the digest about to run (the grant is cleared in the same statement, so it is
   single-use), or from ``new`` when no confirmation was needed.
 
-Every transition is also appended to ``journal``. A call left ``started`` by a process
-that no longer exists is reported as ``in_doubt`` and never started again.
+Every transition is also appended to ``journal``, by a trigger on ``calls.state`` (so the
+journal row is written by the very statement that makes the transition, with the detail
+that statement put in ``calls.note``). A call left ``started`` by a process that no
+longer exists is reported as ``in_doubt`` and never started again.
+
+A guarded statement that is one transition by itself (open a call, claim a grant,
+finish, grant an edit) runs on its own — SQLite makes a statement and its trigger
+atomic; steps that read and then write, or write two tables, run in ``BEGIN IMMEDIATE``.
 
 Backends: ``ApprovalStore(path)`` is SQLite in a file that several processes may share;
 ``ApprovalStore(":memory:")`` is SQLite in memory; ``ApprovalStore()`` (no path) returns a
@@ -45,7 +51,11 @@ from ..errors import (
 from .models import ConfirmationRequest, canonical_json
 from .providers import parse_answer
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: calls.note and the journal triggers (1 is migrated on open)
+
+#: UPDATE ... RETURNING (SQLite 3.35+) lets a decision read what it needs in the
+#: statement that makes it; older libraries read it first, in the same transaction.
+_HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -62,7 +72,8 @@ CREATE TABLE IF NOT EXISTS calls (
     result       TEXT,
     session_id   TEXT,
     created      REAL NOT NULL,
-    updated      REAL NOT NULL
+    updated      REAL NOT NULL,
+    note         TEXT
 );
 CREATE TABLE IF NOT EXISTS requests (
     id          TEXT PRIMARY KEY,
@@ -125,6 +136,16 @@ CREATE TABLE IF NOT EXISTS rules (
 );
 CREATE INDEX IF NOT EXISTS rules_by_tool ON rules(tool, revoked, expires);
 """
+
+# Every statement that sets calls.state also sets calls.updated and calls.note (the
+# journal's detail for this transition, NULL when there is none).
+_TRIGGERS = tuple(
+    f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON calls BEGIN "
+    "INSERT INTO journal(call_id, state, at, owner, detail) "
+    "VALUES (NEW.call_id, NEW.state, NEW.updated, NEW.owner, NEW.note); END"
+    for name, event in (("calls_journal_new", "INSERT"),
+                        ("calls_journal_state", "UPDATE OF state"))
+)
 
 #: The columns of a rule row, in the order `RuleBook` reads them (both backends).
 RULE_COLUMNS = (
@@ -284,16 +305,25 @@ class ApprovalStore:
                 # commit at tens of microseconds instead of an fsync per write.
                 self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.executescript(_SCHEMA)
-            row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            if row is None:
-                self._db.execute(
-                    "INSERT OR IGNORE INTO meta(key, value) VALUES('schema', ?)", (SCHEMA_VERSION,)
-                )
-            elif row[0] != SCHEMA_VERSION:
-                raise StoreError(
-                    f"approval store {target} has schema version {row[0]}, this library "
-                    f"uses {SCHEMA_VERSION}; use a new file or a matching library version"
-                )
+            with self._tx():  # one process sets up (or migrates) the file at a time
+                row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+                if row is None:
+                    self._db.execute("INSERT INTO meta(key, value) VALUES('schema', ?)",
+                                     (SCHEMA_VERSION,))
+                elif row[0] == "1":
+                    # Version 1 journalled each transition with its own INSERT; the
+                    # triggers do it now. A version-1 library refuses the migrated file
+                    # (it would journal every transition twice).
+                    self._db.execute("ALTER TABLE calls ADD COLUMN note TEXT")
+                    self._db.execute("UPDATE meta SET value=? WHERE key='schema'",
+                                     (SCHEMA_VERSION,))
+                elif row[0] != SCHEMA_VERSION:
+                    raise StoreError(
+                        f"approval store {target} has schema version {row[0]}, this library "
+                        f"uses {SCHEMA_VERSION}; use a new file or a matching library version"
+                    )
+                for trigger in _TRIGGERS:
+                    self._db.execute(trigger)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open approval store {target}: {exc}") from None
 
@@ -314,6 +344,8 @@ class ApprovalStore:
 
     def _journal(self, call_id: str, state: str, owner: str | None, detail: str | None = None,
                  at: float | None = None) -> None:
+        """A journal row that is not a call transition (an answer waiting to be applied);
+        transitions are journalled by the triggers on ``calls``."""
         self._db.execute(
             "INSERT INTO journal(call_id, state, at, owner, detail) VALUES (?,?,?,?,?)",
             (call_id, state, at or _now(), owner, detail),
@@ -328,18 +360,21 @@ class ApprovalStore:
         """Record a new call; return the existing record instead if the id is known."""
         now = _now()
         owner = _Owner.token()
-        with self._tx():
+        text = canonical_json(args)
+        with self._lock:
+            # One statement (journalled by its trigger): a new id is the common case.
             cur = self._db.execute(
                 "INSERT OR IGNORE INTO calls(call_id, tool, digest, args, state, owner, "
                 "session_id, created, updated) VALUES (?,?,?,?,'new',?,?,?,?)",
-                (call_id, tool, digest, canonical_json(args), owner, session_id, now, now),
+                (call_id, tool, digest, text, owner, session_id, now, now),
             )
             if cur.rowcount == 1:
-                self._journal(call_id, "new", owner, None, now)
                 self._opened += 1
                 if self.max_history is not None and self._opened % 1024 == 0:
-                    self._prune(self.max_history)
+                    with self._tx():
+                        self._prune(self.max_history)
                 return None
+        with self._tx():
             existing = self._get_call(call_id)
             assert existing is not None
             never_started = existing.state == "abandoned" or (
@@ -348,10 +383,9 @@ class ApprovalStore:
                 # Never ran: its process died before starting it. Start over (the gate
                 # asks again). Other arguments under this id stay a duplicate call.
                 self._db.execute(
-                    "UPDATE calls SET state='new', owner=?, updated=? WHERE call_id=?",
-                    (owner, now, call_id),
+                    "UPDATE calls SET state='new', owner=?, updated=?, note=? WHERE call_id=?",
+                    (owner, now, "reopened: owner died before start", call_id),
                 )
-                self._journal(call_id, "new", owner, "reopened: owner died before start", now)
                 return None
             return existing
 
@@ -397,47 +431,43 @@ class ApprovalStore:
         """Claim the right to run: True for exactly one caller, and only for `digest`."""
         owner = _Owner.token()
         now = _now()
-        with self._tx():
+        with self._lock:  # one guarded statement: atomic without a transaction
             return self._claim(call_id, digest, owner, now)
 
     def _claim(self, call_id: str, digest: str, owner: str, now: float) -> bool:
         # The grant is cleared in the statement that uses it: single use.
         cur = self._db.execute(
-            "UPDATE calls SET state='started', owner=?, grant_digest=NULL, updated=? "
+            "UPDATE calls SET state='started', owner=?, grant_digest=NULL, updated=?, note=? "
             "WHERE call_id=? AND ((state='approved' AND grant_digest=?) "
             "OR (state='new' AND digest=? AND owner=?))",
-            (owner, now, call_id, digest, digest, owner),
+            (owner, now, digest, call_id, digest, digest, owner),
         )
-        if cur.rowcount != 1:
-            return False
-        self._journal(call_id, "started", owner, digest, now)
-        return True
+        return bool(cur.rowcount == 1)
 
     def finish(self, call_id: str, state: str, result: Any) -> None:
         """Record the end of a call this process started (or refused before starting)."""
         owner = _Owner.token()
         now = _now()
-        with self._tx():
-            cur = self._db.execute(
-                "UPDATE calls SET state=?, result=?, updated=? WHERE call_id=? AND owner=? "
-                "AND state IN ('new', 'started', 'editing', 'awaiting')",
-                (state, _dump(result), now, call_id, owner),
+        text = _dump(result)
+        with self._lock:
+            self._db.execute(
+                "UPDATE calls SET state=?, result=?, updated=?, note=NULL WHERE call_id=? "
+                "AND owner=? AND state IN ('new', 'started', 'editing', 'awaiting')",
+                (state, text, now, call_id, owner),
             )
-            if cur.rowcount == 1:  # the journal records transitions that happened
-                self._journal(call_id, state, owner, None, now)
 
     def grant(self, call_id: str, digest: str, run_args: dict[str, Any]) -> None:
         """Turn an `editing` call into an `approved` one bound to the edited digest."""
         owner = _Owner.token()
-        with self._tx():
+        text = canonical_json(run_args)
+        with self._lock:
             cur = self._db.execute(
-                "UPDATE calls SET state='approved', grant_digest=?, run_args=?, updated=? "
-                "WHERE call_id=? AND state='editing' AND owner=?",
-                (digest, canonical_json(run_args), _now(), call_id, owner),
+                "UPDATE calls SET state='approved', grant_digest=?, run_args=?, updated=?, "
+                "note=? WHERE call_id=? AND state='editing' AND owner=?",
+                (digest, text, _now(), digest, call_id, owner),
             )
-            if cur.rowcount != 1:
-                raise ConfirmationStateError(f"call {call_id} is no longer being edited here")
-            self._journal(call_id, "approved", owner, digest)
+        if cur.rowcount != 1:
+            raise ConfirmationStateError(f"call {call_id} is no longer being edited here")
 
     def in_doubt(self) -> list[CallRecord]:
         """Mark calls whose starter died as in doubt, and return every in-doubt call."""
@@ -451,10 +481,10 @@ class ApprovalStore:
                     ).fetchone()[0]
                     new_state = "in_doubt" if state == "started" else "abandoned"
                     self._db.execute(
-                        "UPDATE calls SET state=?, updated=? WHERE call_id=? AND owner=?",
+                        "UPDATE calls SET state=?, updated=?, note='owner process is gone' "
+                        "WHERE call_id=? AND owner=?",
                         (new_state, _now(), call_id, owner),
                     )
-                    self._journal(call_id, new_state, owner, "owner process is gone")
             rows = self._db.execute(
                 "SELECT call_id FROM calls WHERE state='in_doubt' ORDER BY updated"
             ).fetchall()
@@ -514,21 +544,25 @@ class ApprovalStore:
         rid = new_id("cf")
         now = _now()
         owner = _Owner.token()
+        row = (rid, call_id, tool, canonical_json(args), digest, hint, _dump(payload), kind,
+               _dump(details) if details else "{}", now, expires_at, edited_from, session_id)
         with self._tx():
-            (count,) = self._db.execute(
-                "SELECT COUNT(*) FROM requests WHERE status='pending'"
-            ).fetchone()
-            if count >= self.max_pending:
-                raise ConfirmationStateError(
-                    f"{count} confirmation requests are already pending (max_pending="
-                    f"{self.max_pending}); answer or expire some, or raise max_pending"
-                )
+            # The bound on pending requests is checked in the guarded update itself.
             cur = self._db.execute(
-                "UPDATE calls SET state='awaiting', request_id=?, owner=?, updated=? "
-                "WHERE call_id=? AND state IN ('new', 'started', 'editing') AND owner=?",
-                (rid, owner, now, call_id, owner),
+                "UPDATE calls SET state='awaiting', request_id=?, owner=?, updated=?, note=? "
+                "WHERE call_id=? AND state IN ('new', 'started', 'editing') AND owner=? "
+                "AND (SELECT COUNT(*) FROM requests WHERE status='pending') < ?",
+                (rid, owner, now, rid, call_id, owner, self.max_pending),
             )
             if cur.rowcount != 1:
+                (count,) = self._db.execute(
+                    "SELECT COUNT(*) FROM requests WHERE status='pending'"
+                ).fetchone()
+                if count >= self.max_pending:
+                    raise ConfirmationStateError(
+                        f"{count} confirmation requests are already pending (max_pending="
+                        f"{self.max_pending}); answer or expire some, or raise max_pending"
+                    )
                 raise ConfirmationStateError(
                     f"call {call_id} cannot wait for confirmation: it is not in progress here"
                 )
@@ -536,10 +570,8 @@ class ApprovalStore:
                 "INSERT INTO requests(id, call_id, tool, args, digest, hint, payload, kind, "
                 "details, status, created, expires, edited_from, session_id) "
                 "VALUES (?,?,?,?,?,?,?,?,?,'pending',?,?,?,?)",
-                (rid, call_id, tool, canonical_json(args), digest, hint, _dump(payload), kind,
-                 _dump(details or {}), now, expires_at, edited_from, session_id),
+                row,
             )
-            self._journal(call_id, "awaiting", owner, rid, now)
         return rid, now
 
     @staticmethod
@@ -584,30 +616,52 @@ class ApprovalStore:
         """
         now = _now()
         owner = _Owner.token()
+        decision_text = _dump(decision)
+        result_text = _dump(call_result)
         with self._tx():
-            row = self._db.execute(
-                "SELECT status, expires, call_id, digest FROM requests WHERE id=?",
-                (request_id,),
-            ).fetchone()
-            if row is None:
+            # The common case in one guarded statement: a pending, unexpired request.
+            values = (status, now, outcome, reason, decided_by, channel, decision_text,
+                      request_id)
+            hit: tuple[str, str] | None = None
+            if _HAS_RETURNING:
+                rows = self._db.execute(
+                    "UPDATE requests SET status=?, decided=?, outcome=?, reason=?, "
+                    "decided_by=?, channel=?, decision=? WHERE id=? AND status='pending' "
+                    "AND (expires IS NULL OR ? <= expires) RETURNING call_id, digest",
+                    (*values, now),
+                ).fetchall()
+                hit = rows[0] if rows else None
+            else:
+                row = self._db.execute(
+                    "SELECT status, expires, call_id, digest FROM requests WHERE id=?",
+                    (request_id,),
+                ).fetchone()
+                if row is not None and row[0] == "pending" and (row[1] is None
+                                                                or now <= row[1]):
+                    self._db.execute(
+                        "UPDATE requests SET status=?, decided=?, outcome=?, reason=?, "
+                        "decided_by=?, channel=?, decision=? WHERE id=? AND status='pending'",
+                        values,
+                    )
+                    hit = (row[2], row[3])
+            if hit is not None:
+                call_id, digest = hit
+                self._decide_call(request_id, call_id, digest, now, owner, status=status,
+                                  by=decided_by or channel, call_result=result_text)
+                if start and status == "approved" and not self._claim(call_id, digest, owner,
+                                                                       now):
+                    # Raised inside the transaction: the decision is rolled back too.
+                    raise ConfirmationStateError(
+                        f"call {call_id} of confirmation {request_id} is no longer waiting "
+                        "for it; nothing was run"
+                    )
+                return
+            req = self._get_request(request_id)
+            if req is None:
                 raise UnknownConfirmationError(
                     f"unknown confirmation id {request_id!r}: it was never issued by this "
                     "store (check the id, and that you opened the same store file)"
                 )
-            if row[0] == "pending" and (row[1] is None or now <= row[1]):
-                # The common case, without parsing the whole request.
-                self._decide(request_id, row[2], row[3], now, owner, status=status,
-                             outcome=outcome, reason=reason, decided_by=decided_by,
-                             channel=channel, decision=decision, call_result=call_result)
-                if start and status == "approved" and not self._claim(row[2], row[3], owner,
-                                                                       now):
-                    raise ConfirmationStateError(
-                        f"call {row[2]} of confirmation {request_id} is no longer waiting for "
-                        "it; nothing was run"
-                    )
-                return
-            req = self._get_request(request_id)
-            assert req is not None
             if req.status == "timed_out":
                 raise ConfirmationTimedOutError(_timed_out_message(req))
             if req.status != "pending":
@@ -627,35 +681,32 @@ class ApprovalStore:
             else:
                 # Pending and expired, but the status recorded is itself a failure
                 # (timed_out, error): record it as given.
-                self._decide(req.id, req.call_id, req.digest, now, owner, status=status,
-                             outcome=outcome, reason=reason, decided_by=decided_by,
-                             channel=channel, decision=decision, call_result=call_result)
+                self._db.execute(
+                    "UPDATE requests SET status=?, decided=?, outcome=?, reason=?, "
+                    "decided_by=?, channel=?, decision=? WHERE id=? AND status='pending'",
+                    values,
+                )
+                self._decide_call(req.id, req.call_id, req.digest, now, owner, status=status,
+                                  by=decided_by or channel, call_result=result_text)
         if expired:
             raise ConfirmationTimedOutError(_timed_out_message(req))
 
-    def _decide(self, request_id: str, call_id: str, digest: str, now: float, owner: str, *,
-                status: str, outcome: str | None, reason: str | None,
-                decided_by: str | None, channel: str | None,
-                decision: dict[str, Any] | None, call_result: Any) -> None:
-        self._db.execute(
-            "UPDATE requests SET status=?, decided=?, outcome=?, reason=?, decided_by=?, "
-            "channel=?, decision=? WHERE id=? AND status='pending'",
-            (status, now, outcome, reason, decided_by, channel, _dump(decision), request_id),
-        )
+    def _decide_call(self, request_id: str, call_id: str, digest: str, now: float,
+                     owner: str, *, status: str, by: str | None,
+                     call_result: str | None) -> None:
+        """Move the call waiting on a just-decided request (approving grants `digest`)."""
         if status == "approved":
             call_state, grant = "approved", digest
         elif status == "edited":
             call_state, grant = "editing", None
         else:
             call_state, grant = status, None
-        cur = self._db.execute(
-            "UPDATE calls SET state=?, grant_digest=?, owner=?, result=?, updated=? "
+        self._db.execute(
+            "UPDATE calls SET state=?, grant_digest=?, owner=?, result=?, updated=?, note=? "
             "WHERE call_id=? AND state='awaiting' AND request_id=?",
-            (call_state, grant, owner, _dump(call_result), now, call_id, request_id),
+            (call_state, grant, owner, call_result, now, f"{request_id} by {by}", call_id,
+             request_id),
         )
-        if cur.rowcount == 1:
-            self._journal(call_id, call_state, owner,
-                          f"{request_id} by {decided_by or channel}", now)
 
     def _expire(self, req: ConfirmationRequest, now: float) -> None:
         self._db.execute(
@@ -665,13 +716,11 @@ class ApprovalStore:
         )
         result = {"status": "timed_out", "error": f"Confirmation timed out: {req.id} expired "
                   "before anyone answered it. The tool was not run."}
-        cur = self._db.execute(
-            "UPDATE calls SET state='timed_out', result=?, updated=? WHERE call_id=? "
+        self._db.execute(
+            "UPDATE calls SET state='timed_out', result=?, updated=?, note=? WHERE call_id=? "
             "AND state='awaiting' AND request_id=?",
-            (_dump(result), now, req.call_id, req.id),
+            (_dump(result), now, f"{req.id} expired", req.call_id, req.id),
         )
-        if cur.rowcount == 1:
-            self._journal(req.call_id, "timed_out", None, f"{req.id} expired", now)
 
     # -- answers from other processes --------------------------------------------------
 
