@@ -22,6 +22,8 @@ reports a finding instead of trusting the tree:
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import threading
 import unicodedata
 from typing import NamedTuple, TypeVar
@@ -612,7 +614,9 @@ class _Walk:
         self.findings: list[Finding] = []
         self.depth = 0
         self.controls = data_ranges
-        self.data_ranges: list[tuple[int, int]] = []
+        # (start, end, is_data): quoted text is data, a substitution inside it is
+        # code again; the innermost range around a position decides.
+        self.data_ranges: list[tuple[int, int, bool]] = []
         self.expansions = [m.start() for m in _EXPANSION_START.finditer(data)]
         self.track_literals = literal_ranges or bool(self.expansions)
         self.claimed: set[int] = set()
@@ -791,7 +795,7 @@ class _Walk:
                 delimiter,
             )
         if quoted or body.child_count == 0:
-            self.data_ranges.append((body.start_byte, body.end_byte))
+            self.data_ranges.append((body.start_byte, body.end_byte, True))
         if quoted:
             self.literal_ranges.append((body.start_byte, body.end_byte))
             return body
@@ -855,8 +859,12 @@ class _Walk:
                     plain = self.command(node, children)
                 elif action == _A_QUOTING:
                     child_ctx |= _DQUOTE
+                    if controls:
+                        self.data_ranges.append((node.start_byte, node.end_byte, True))
                 elif action == _A_COMMAND_SUBSTITUTION:
                     child_ctx &= ~_DQUOTE  # a substitution starts a new quoting context
+                    if controls:
+                        self.data_ranges.append((node.start_byte, node.end_byte, False))
                     self.command_substitution(node, children, track_expansions)
                 elif action == _A_EXPANSION:
                     if track_expansions:
@@ -877,6 +885,8 @@ class _Walk:
                         self.claimed.add(node.start_byte)
                 elif action == _A_PROCESS_SUBSTITUTION:
                     child_ctx &= ~_DQUOTE
+                    if controls:
+                        self.data_ranges.append((node.start_byte, node.end_byte, False))
                 elif action == _A_DECLARATION:
                     self.builtin(node, children, "declaration")
                 elif action == _A_UNSET:
@@ -949,7 +959,7 @@ class _Walk:
                     if cctx & _ARITH and ck not in number_ids:
                         self.arith_operand(child)
                     if controls and ck in data_ids:
-                        self.data_ranges.append((child.start_byte, child.end_byte))
+                        self.data_ranges.append((child.start_byte, child.end_byte, True))
                     if (
                         track_literals
                         and ck in literal_ids
@@ -1049,6 +1059,16 @@ class _Walk:
             )
             return
 
+    def is_data(self, pos: int) -> bool:
+        """Whether bash reads the byte at ``pos`` as quoted text."""
+        best: tuple[int, int, bool] | None = None
+        for item in self.data_ranges:
+            if item[0] <= pos < item[1] and (
+                best is None or item[0] > best[0] or (item[0] == best[0] and item[1] < best[1])
+            ):
+                best = item
+        return best is not None and best[2]
+
     def check_line_continuations(self, joins: list[int]) -> None:
         """bash removes backslash-newline before it splits words; tree-sitter-bash
         reads it as a blank. They agree only where a blank is next to it anyway:
@@ -1059,7 +1079,7 @@ class _Walk:
                 continue  # single quotes, $'...', comments, quoted here-documents
             prev = data[pos - 1 : pos]
             nxt = data[pos + 2 : pos + 3]
-            if any(start <= pos < end for start, end in self.data_ranges):
+            if self.is_data(pos):
                 joined = prev == b"$"  # in double quotes only "$" + "(" matters
             else:
                 joined = prev not in (b"", b" ", b"\t", b"\n") and nxt not in (
@@ -1178,9 +1198,46 @@ def _first_error(root: Node) -> Node:
 # Entry points
 
 
-def parse(source: str, *, max_bytes: int = 65536, max_depth: int = 100) -> ParsedScript:
+# Above this size a command is first parsed in a child process with a deadline.
+GUARDED_PARSE_ABOVE = 4096
+_GUARD_CODE = (
+    "import sys, tree_sitter as t, tree_sitter_bash as b\n"
+    "t.Parser(t.Language(b.language())).parse(sys.stdin.buffer.read())\n"
+    "sys.stdout.write('parsed')\n"
+)
+
+
+def _parses_in_time(data: bytes, seconds: float) -> bool | None:
+    """Whether tree-sitter-bash parses ``data`` within ``seconds``, tried in a
+    child process (None when no child could be run).
+
+    Its error recovery is quadratic or worse on some invalid input (64 KiB of
+    "a | " takes ~9 s, 16 KiB of "[`<do" ~8 s), holds the GIL and skips the
+    progress callback, so it cannot be interrupted in this process. The child
+    is killed at the deadline and always reaped before this returns.
+    """
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", _GUARD_CODE],
+            input=data,
+            capture_output=True,
+            timeout=seconds,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    except OSError:
+        return None
+    return True if result.stdout == b"parsed" else None
+
+
+def parse(
+    source: str, *, max_bytes: int = 65536, max_depth: int = 100, max_seconds: float = 1.0
+) -> ParsedScript:
     """Parse ``source`` as bash. Never raises for any string; whatever cannot be
-    decided on safely is reported in ``findings``."""
+    decided on safely is reported in ``findings``. A source longer than
+    GUARDED_PARSE_ABOVE bytes is first parsed in a child process that is killed
+    after ``max_seconds``."""
 
     def early(rule: str, message: str, token: str | None = None, at: int = 0) -> ParsedScript:
         return ParsedScript(source, (), (), (), (), (), (Finding(rule, message, token, at),), 0)
@@ -1195,6 +1252,12 @@ def parse(source: str, *, max_bytes: int = 65536, max_depth: int = 100) -> Parse
         return early("R6", "the command is not valid Unicode (it holds a lone surrogate)")
     if len(data) > max_bytes:
         return early("R6", f"the command is longer than {max_bytes} bytes")
+    if len(data) > GUARDED_PARSE_ABOVE and _parses_in_time(data, max_seconds) is False:
+        return early(
+            "R6",
+            f"the command took longer than {max_seconds:g} s to parse (tree-sitter-bash "
+            "recovers from some syntax errors very slowly); fix its syntax or shorten it",
+        )
     tree = _parser().parse(data)
     root = tree.root_node
     controls = _control_positions(source)
@@ -1216,10 +1279,9 @@ def parse(source: str, *, max_bytes: int = 65536, max_depth: int = 100) -> Parse
     if joins:
         walk.check_line_continuations(joins)
     if controls:
-        ranges = walk.data_ranges
         for pos in controls:
             byte = pos if walk.ascii else len(source[:pos].encode("utf-8"))
-            if not any(start <= byte < end for start, end in ranges):
+            if not walk.is_data(byte):
                 ch = source[pos]
                 walk.findings.append(Finding("R8", _control_message(ch), escape_controls(ch), pos))
                 break

@@ -400,7 +400,9 @@ def _matching_subcommand(
 # -- the policy -------------------------------------------------------------------
 
 
-def _tuple_of_str(name: str, value: object, example: str) -> tuple[str, ...]:
+def _tuple_of_str(
+    name: str, value: object, example: str, *, blank_ok: bool = False
+) -> tuple[str, ...]:
     if isinstance(value, str):
         raise ConfigurationError(
             f"{name}={value!r} is invalid: it must be a tuple of strings, not one string. "
@@ -412,7 +414,7 @@ def _tuple_of_str(name: str, value: object, example: str) -> tuple[str, ...]:
         )
     items = tuple(value)
     for item in items:
-        if not isinstance(item, str) or not item.strip():
+        if not isinstance(item, str) or not (item if blank_ok else item.strip()):
             raise ConfigurationError(
                 f"{name} entry {item!r} is invalid: entries must be non-empty strings, "
                 f"e.g. {example}."
@@ -462,6 +464,7 @@ class BashToolPolicy:
     max_output_bytes: int = 1 << 20
     max_command_bytes: int = 64 << 10
     max_parse_depth: int = 100
+    max_parse_seconds: float = 1.0
     env: Mapping[str, str] = field(default_factory=lambda: DEFAULT_ENV)
     inherit_env: tuple[str, ...] = ()
     drop_privileges: bool | None = None
@@ -474,7 +477,9 @@ class BashToolPolicy:
             "allowed_command_prefixes", self.allowed_command_prefixes, "('git status', 'ls')"
         )
         set_(self, "allowed_command_prefixes", allowed)
-        blocked = _tuple_of_str("blocked_operators", self.blocked_operators, "(';', '|', '$(')")
+        blocked = _tuple_of_str(
+            "blocked_operators", self.blocked_operators, "(';', '|', '$(')", blank_ok=True
+        )
         for op in blocked:
             if not set(op) <= _OPERATOR_CHARS:
                 raise ConfigurationError(
@@ -502,6 +507,17 @@ class BashToolPolicy:
             "max_command_bytes", self.max_command_bytes, optional=False, maximum=_MAX_COMMAND_BYTES
         )
         _limit("max_parse_depth", self.max_parse_depth, optional=False, maximum=10000)
+        seconds = self.max_parse_seconds
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds)
+            or seconds <= 0
+        ):
+            raise ConfigurationError(
+                f"max_parse_seconds={seconds!r} is invalid: it must be a positive number of "
+                "seconds (how long a command over 4 KiB may take to parse)."
+            )
         if not isinstance(self.env, Mapping):
             raise ConfigurationError(
                 f"env={self.env!r} is invalid: it must be a mapping of variable names to "
@@ -611,7 +627,12 @@ class BashToolPolicy:
                 reason=f"blocked by R6 (cannot be parsed safely): the command must be a "
                 f"string, not {type(command).__name__}",
             ), None
-        script = parse(command, max_bytes=self.max_command_bytes, max_depth=self.max_parse_depth)
+        script = parse(
+            command,
+            max_bytes=self.max_command_bytes,
+            max_depth=self.max_parse_depth,
+            max_seconds=self.max_parse_seconds,
+        )
         commands = tuple(c.argv for c in script.commands)
         matched: list[str] = []
         blocked = self._first_violation(script, matched)
@@ -639,7 +660,9 @@ class BashToolPolicy:
                 if used
                 else "allowed: nothing in it runs a program"
             )
-        return PolicyDecision(allowed=True, reason=reason, commands=commands), script
+        return PolicyDecision(
+            allowed=True, reason=reason, rule=None, command=None, token=None, commands=commands
+        ), script
 
     def _first_violation(self, script: ParsedScript, matched: list[str]) -> _Blocked | None:
         """The first rule ``script`` breaks; fills ``matched`` with the prefixes used."""
@@ -908,6 +931,7 @@ _STRING_TUPLES = ("allowed_command_prefixes", "blocked_operators", "inherit_env"
                   "no_confirmation_prefixes")  # fmt: skip
 _OPTIONAL_LIMITS = ("max_memory_bytes", "max_file_size_bytes", "max_child_processes")
 _LIMITS = ("max_output_bytes", "max_command_bytes", "max_parse_depth")
+_SECONDS = ("timeout_seconds", "max_parse_seconds")
 _FILE_ONLY = ("default_hardening", "description")
 _RULE_KEYS = ("why", "program", "option", "pattern", "subcommands", "before_subcommand",
               "unless_any", "analyzer", "env")  # fmt: skip
@@ -951,15 +975,15 @@ def _from_mapping(
                     f'e.g. {key} = ["ls", "git status"].'
                 )
             kwargs[key] = tuple(value)
-        elif key == "timeout_seconds":
-            if value is False:
+        elif key in _SECONDS:
+            if value is False and key == "timeout_seconds":
                 kwargs[key] = None
             elif isinstance(value, int | float) and not isinstance(value, bool):
                 kwargs[key] = value
             else:
+                none = ", or false for no timeout" if key == "timeout_seconds" else ""
                 raise PolicyFileError(
-                    f"{source}: timeout_seconds = {value!r} is invalid: write a number of "
-                    "seconds, or false for no timeout."
+                    f"{source}: {key} = {value!r} is invalid: write a number of seconds{none}."
                 )
         elif key in _OPTIONAL_LIMITS:
             kwargs[key] = _size(source, key, value, optional=True)
