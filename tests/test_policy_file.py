@@ -87,6 +87,12 @@ def test_default_hardening_can_be_left_out() -> None:
     assert policy.check("git -c core.pager=id log").allowed
 
 
+def test_hardening_table_for_redirection_targets() -> None:
+    policy = load('[[hardening]]\nredirect = "(^|/)secrets/"\nwhy = "keep out"\n')
+    assert policy.check("echo x > data/secrets/k").rule == "R7"
+    assert policy.check("echo x > data/public/k").allowed
+
+
 def test_hardening_table_for_environment_variables() -> None:
     policy = load('[[hardening]]\nenv = "AWS_*"\nwhy = "credentials"\n')
     assert policy.check("AWS_PROFILE=x aws s3 ls").rule == "R7"
@@ -189,7 +195,8 @@ def test_git_readonly_policy_allows_history_but_no_changes() -> None:
                     "git config --get user.name", "git show HEAD:README.md"):  # fmt: skip
         assert policy.check(command).allowed, command
     for command in ("git commit -m x", "git branch -D main", "git push", "git config a.b c",
-                    "git diff --output=/tmp/x", "git -c core.pager=id log", "git reset --hard"):  # fmt: skip
+                    "git diff --output=/tmp/x", "git -c core.pager=id log", "git reset --hard",
+                    "git diff --no-index /etc/shadow /dev/null"):  # fmt: skip
         assert not policy.check(command).allowed, command
 
 

@@ -483,6 +483,27 @@ def test_redirection_to_an_expansion_is_blocked() -> None:
     assert rule_of(P2, 'git log > "$OUT"') == "R7"
 
 
+@pytest.mark.parametrize(
+    "target", [".git/config", "repo/.git/hooks/pre-commit", ".gitconfig", "../.bashrc", ".profile"]
+)
+def test_redirection_into_files_that_run_commands_is_blocked(target: str) -> None:
+    # git log --format='[core]%nfsmonitor=cmd' > .git/config, then git status runs cmd.
+    assert rule_of(P2, f"git log -1 --format=x > {target}") == "R7"
+
+
+def test_git_output_option_is_blocked() -> None:
+    assert rule_of(P2, "git log -1 --format=x --output=.git/config") == "R7"
+
+
+def test_arithmetic_argument_cannot_spell_an_option() -> None:
+    assert allowed(P2, "git log -n $((1+1))")
+
+
+def test_substitution_argument_may_spell_an_option() -> None:
+    decision = P2.check("git log $(git rev-parse HEAD)")
+    assert decision.rule == "R7" and "--output" in decision.reason
+
+
 def test_redirection_to_a_literal_file_is_allowed() -> None:
     assert allowed(P2, "git log > log.txt 2>&1 && git status 2>/dev/null")
 

@@ -14,7 +14,9 @@ or an environment variable pattern, and what about its argv makes it dangerous:
   ``bisect run``); with no option or pattern the subcommand alone is blocked;
 - ``analyzer``: a built-in check of a script argument (``sed-script``,
   ``awk-program``);
-- ``env``: an ``fnmatch`` pattern of variable names whose assignment is blocked.
+- ``env``: an ``fnmatch`` pattern of variable names whose assignment is blocked;
+- ``redirect``: a regular expression searched in redirection targets
+  (``/dev/tcp/``, ``.git/``).
 
 A word bash will expand (``"$x"``, ``$(cmd)``, ``*``) cannot be checked, so it
 counts as a match wherever its literal start leaves room for one.
@@ -56,6 +58,7 @@ class HardeningRule:
     unless_any: tuple[str, ...] = ()
     analyzer: str | None = None
     env: str | None = None
+    redirect: str | None = None
     _regex: re.Pattern[str] | None = field(
         default=None, init=False, repr=False, compare=False, hash=False
     )
@@ -66,14 +69,14 @@ class HardeningRule:
 
         if not isinstance(self.why, str) or not self.why.strip():
             raise bad("why", self.why, "say why the option is dangerous; it is shown to the model")
-        if (self.program is None) == (self.env is None):
+        if sum(x is not None for x in (self.program, self.env, self.redirect)) != 1:
             raise bad(
                 "program",
                 self.program,
-                "set exactly one of program='git' (an argv rule) or env='GIT_*' "
-                "(an assignment rule)",
+                "set exactly one of program='git' (an argv rule), env='GIT_*' (an "
+                "assignment rule) or redirect='^/dev/tcp/' (a redirection-target rule)",
             )
-        for name in ("program", "option", "pattern", "analyzer", "env"):
+        for name in ("program", "option", "pattern", "analyzer", "env", "redirect"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise bad(name, value, "must be a non-empty string or None")
@@ -97,6 +100,17 @@ class HardeningRule:
                 raise bad("pattern", self.pattern, f"not a regular expression ({exc})") from exc
         if self.env is not None and (self.option or self.pattern or self.subcommands):
             raise bad("env", self.env, "an env rule takes no option, pattern or subcommands")
+        if self.redirect is not None:
+            if self.option or self.pattern or self.subcommands:
+                raise bad(
+                    "redirect",
+                    self.redirect,
+                    "a redirect rule takes no option, pattern or subcommands",
+                )
+            try:
+                object.__setattr__(self, "_regex", re.compile(self.redirect))
+            except re.error as exc:
+                raise bad("redirect", self.redirect, f"not a regular expression ({exc})") from exc
 
     def search(self, text: str) -> bool:
         """Whether ``pattern`` occurs in ``text`` (case-insensitively)."""
@@ -110,6 +124,8 @@ class HardeningRule:
         """Short human name: ``git -c``, ``git grep -O``, ``GIT_*=``."""
         if self.env is not None:
             return f"{self.env}="
+        if self.redirect is not None:
+            return f"> /{self.redirect}/"
         parts = [self.program or "", *self.subcommands[:1]]
         parts.append(self.option or (f"/{self.pattern}/" if self.pattern else ""))
         if self.analyzer:
@@ -446,6 +462,12 @@ DEFAULT_HARDENING: tuple[HardeningRule, ...] = (
     *_rows("git", ("-c", "--config-env"), _GIT_CONFIG, before_subcommand=True),
     *_rows(
         "git",
+        ("--output",),
+        "writes the output to the given file: git log --format=... --output=.git/config "
+        "writes a configuration that runs commands",
+    ),
+    *_rows(
+        "git",
         ("--exec-path",),
         "runs git's subcommands from the given directory",
         before_subcommand=True,
@@ -646,6 +668,23 @@ DEFAULT_HARDENING: tuple[HardeningRule, ...] = (
             "mapfile",
             "readarray",
         )
+    ),
+    # redirection targets (an expansion at the start of a target counts as a match)
+    HardeningRule(
+        redirect=r"^/dev/(tcp|udp)/",
+        why="bash opens /dev/tcp/HOST/PORT and /dev/udp/HOST/PORT as network sockets",
+    ),
+    HardeningRule(
+        redirect=r"(^|/)\.git(/|$)",
+        why="files in .git (config, hooks) run commands at the next git command",
+    ),
+    HardeningRule(
+        redirect=r"(^|/)(\.gitconfig|\.config/git/)",
+        why="git configuration can name commands that git runs",
+    ),
+    HardeningRule(
+        redirect=r"(^|/)\.(bashrc|bash_profile|bash_login|profile|zshrc|zshenv|zprofile)$",
+        why="shell start-up files run at the next shell",
     ),
     # environment assignments (leading VAR=value, VAR=value, export VAR=value)
     *_env(

@@ -71,12 +71,15 @@ class Word(NamedTuple):
     expansion (equal to ``value`` for a literal word): a word whose prefix is
     ``src/`` cannot become an option whatever the expansion yields. ``plain`` is
     True when the word has no quoting, escaping, expansion, glob or brace at all.
+    ``numeric`` is True for a word that is one arithmetic expansion (``$((n+1))``),
+    which can only become an integer.
     """
 
     text: str
     value: str | None
     prefix: str
     plain: bool
+    numeric: bool = False
 
     @property
     def shown(self) -> str:
@@ -307,12 +310,36 @@ def _brace_expands(text: str, i: int) -> bool:
     return False
 
 
+def _is_arithmetic_word(text: str) -> bool:
+    """Whether ``text`` is exactly one ``$((...))`` or ``$[...]`` expansion."""
+    if text.startswith("$(("):
+        opening, closing, depth = "(", ")", 2
+    elif text.startswith("$["):
+        opening, closing, depth = "[", "]", 1
+    else:
+        return False
+    start = 3 if opening == "(" else 2
+    for i in range(start, len(text)):
+        ch = text[i]
+        if ch in "'\"`\\":
+            return False
+        if ch == opening:
+            depth += 1
+        elif ch == closing:
+            depth -= 1
+            if depth == 0:
+                return i == len(text) - 1
+    return False
+
+
 def scan_word(text: str) -> Word:
     """Interpret one bash word's source text the way bash does before running it:
     quote removal, ANSI-C decoding, and detection of anything it would expand
     (parameters, substitutions, arithmetic, globs, braces, a leading tilde)."""
     if text and not _NOT_PLAIN.search(text):
         return Word(text, text, text, True)
+    if _is_arithmetic_word(text):
+        return Word(text, None, "", False, True)
     out: list[str] = []
     n = len(text)
     i = 0

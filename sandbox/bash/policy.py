@@ -202,9 +202,15 @@ def _program_name(word: Word) -> str | None:
 # -- R7 matching -----------------------------------------------------------------
 
 
+_A_NUMBER = Word("0", "0", "0", False)
+
+
 def _option_matches(option: str, word: Word, syntax: ProgramSyntax) -> bool:
     """Whether ``word`` is, or (when bash expands it) could be, ``option`` as the
     program's option parser would read it."""
+    if word.numeric:
+        # An arithmetic expansion yields an integer; "-5" spells only a digit option.
+        return option[1:].isdigit()
     value = word.value
     text = word.prefix if value is None else value
     if value is None and text == "":
@@ -326,7 +332,8 @@ class _ProgramRules:
         options = [
             i
             for i, w in enumerate(args)
-            if (w.value is None and w.prefix[:1] in ("", "-")) or (w.value or "")[:1] == "-"
+            if (w.value is None and w.prefix[:1] in ("", "-") and not w.numeric)
+            or (w.value or "")[:1] == "-"
         ]
         for rule in rules:
             hit = _rule_fires(rule, words, args, located, options, syntax)
@@ -368,6 +375,8 @@ def _rule_fires(
                 return _Hit(args[i].text, f"{label} {rule.option}", rule.why)
     if rule.pattern is not None:
         for w in args[:limit]:
+            if w.numeric:
+                w = _A_NUMBER
             if w.value is None or rule.search(w.value):
                 return _Hit(w.text, f"{label} /{rule.pattern}/", rule.why)
     if rule.analyzer is not None:
@@ -575,6 +584,7 @@ class BashToolPolicy:
             {k: _ProgramRules.build(k, v) for k, v in by_program.items()},
         )
         set_(self, "_env_rules", tuple(r for r in rules if r.env is not None))
+        set_(self, "_redirect_rules", tuple(r for r in rules if r.redirect is not None))
 
     def __hash__(self) -> int:
         values = [getattr(self, f.name) for f in fields(self)]
@@ -867,29 +877,37 @@ class BashToolPolicy:
             blocked = self._env_rule(assignment.name, assignment.text, env_rules)
             if blocked is not None:
                 return blocked
+        redirect_rules: tuple[HardeningRule, ...] = self.__dict__["_redirect_rules"]
+        if not redirect_rules:
+            return None
         for redirect in script.redirects:
             target = redirect.target
-            if target is None or (
+            if target is None or target.text.startswith(("<(", ">(")):
+                continue  # a here-string, or a process substitution: no file is named
+            if (
                 redirect.operator in ("<&", ">&", "<&-", ">&-")
-                and (target.value is not None and (target.value.isdigit() or target.value == "-"))
+                and target.value is not None
+                and (target.value.isdigit() or target.value == "-")
             ):
-                continue
-            if target.value is not None:
-                risky = target.value.startswith(("/dev/tcp/", "/dev/udp/"))
-            elif target.text.startswith(("<(", ">(")):
-                risky = False
-            else:
-                p = target.prefix
-                risky = any(s.startswith(p) or p.startswith(s) for s in ("/dev/tcp/", "/dev/udp/"))
-            if risky:
-                return _Blocked(
-                    "R7",
-                    f"the redirection target {_q(target.text)} is or may expand to "
-                    "/dev/tcp/HOST/PORT or /dev/udp/..., which bash opens as a network "
-                    "socket; write the target as a literal path",
-                    None,
-                    target.text,
-                )
+                continue  # duplicating or closing a descriptor
+            checked = target.prefix if target.value is None else target.value
+            for rule in redirect_rules:
+                if (target.value is None and not checked) or rule.search(checked):
+                    expands = target.value is None
+                    return _Blocked(
+                        "R7",
+                        f"the redirection target {_q(target.text)} "
+                        + (
+                            "starts with an expansion, so it cannot be checked against "
+                            + ", ".join(r.label for r in redirect_rules)
+                            if expands and not checked
+                            else f"matches {rule.label}: {rule.why}"
+                        )
+                        + ". Write the target as a literal path (not /dev/tcp, .git/ or a "
+                        "shell start-up file).",
+                        None,
+                        target.text,
+                    )
         return None
 
     # -- loading -------------------------------------------------------------------
@@ -934,7 +952,7 @@ _LIMITS = ("max_output_bytes", "max_command_bytes", "max_parse_depth")
 _SECONDS = ("timeout_seconds", "max_parse_seconds")
 _FILE_ONLY = ("default_hardening", "description")
 _RULE_KEYS = ("why", "program", "option", "pattern", "subcommands", "before_subcommand",
-              "unless_any", "analyzer", "env")  # fmt: skip
+              "unless_any", "analyzer", "env", "redirect")  # fmt: skip
 
 
 def _size(source: str, key: str, value: object, *, optional: bool) -> int | None:
