@@ -656,7 +656,8 @@ def test_no_confirmation_list_is_empty_by_default() -> None:
 
 def test_writing_redirection_needs_confirmation() -> None:
     assert CONFIRM.needs_confirmation("ls > notes.txt")
-    assert not CONFIRM.needs_confirmation("ls 2>/dev/null")
+    assert CONFIRM.needs_confirmation("ls >& notes.txt")
+    assert not CONFIRM.needs_confirmation("ls 2>/dev/null 2>&1")
 
 
 def test_no_confirmation_matching_applies_r4_and_r5() -> None:

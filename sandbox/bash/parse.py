@@ -7,16 +7,26 @@ target, and *findings*: places where the source cannot be decided on safely
 (a parse error, a construct tree-sitter-bash reads differently from bash, a
 control character outside quotes, arithmetic that can run commands).
 
-tree-sitter-bash is not bash. Where the two are known to disagree this module
-reports a finding instead of trusting the tree:
+tree-sitter-bash (0.25) is not bash. Where the two are known to disagree this
+module reports a finding instead of trusting the tree:
 
 - a carriage return, vertical tab or form feed is whitespace to tree-sitter and
   a word character to bash (``ls\\r\\nid`` runs ``id``);
+- after a pipeline of three commands tree-sitter may read the next line as more
+  arguments (``a | b | c`` newline ``d || e`` hides ``d``);
+- a backslash-newline glued between two words is a blank to tree-sitter and
+  nothing to bash (``ls\\<newline>blk`` runs lsblk);
+- in double quotes a single quote is an ordinary character even inside
+  ``${x:-'...'}``, so ``"${x:-'$(id)'}"`` runs id;
 - backticks inside an unquoted here-document body, and backslash escapes inside
   backticks, are re-parsed by bash but left as text by tree-sitter;
-- a here-document whose end tree-sitter places elsewhere than bash does;
-- any leaf that still holds an unescaped ``$(``, ``${``, ``$[`` or backtick,
-  which means tree-sitter failed to see an expansion bash will perform.
+- a here-document that bash ends elsewhere (``E\\<newline>OF`` is ``EOF``);
+- in general, every ``$(``, ``${``, ``$[`` and backtick of the source must be one
+  tree-sitter parsed, escaped, or inside single quotes or a comment.
+
+tree-sitter's error recovery is quadratic or worse on some invalid input and
+cannot be interrupted, so a long command is parsed first in a child process
+with a deadline.
 """
 
 from __future__ import annotations
@@ -422,7 +432,6 @@ _PROCESS_SUBSTITUTION = _ids("process_substitution")
 _EXPANSION = _ids("expansion")
 _SUBSCRIPT = _ids("subscript")
 _HEREDOC_REDIRECT = _ids("heredoc_redirect")
-_HEREDOC_BODY = _ids("heredoc_body")
 _FILE_REDIRECT = _ids("file_redirect")
 _HERESTRING = _ids("herestring_redirect")
 _DO_GROUP = _ids("do_group")
@@ -1319,7 +1328,7 @@ def parse(
         tuple(walk.assignments),
         tuple(walk.functions),
         _in_order(walk.redirects),
-        tuple(sorted(walk.findings, key=_BY_RULE_THEN_OFFSET))
+        tuple(sorted(walk.findings, key=_by_rule_then_offset))
         if len(walk.findings) > 1
         else tuple(walk.findings),
         walk.depth,
@@ -1331,15 +1340,15 @@ _Located = TypeVar("_Located", SimpleCommand, Operator, Redirect)
 
 def _in_order(items: list[_Located]) -> tuple[_Located, ...]:
     if len(items) > 1:
-        items.sort(key=_BY_OFFSET)
+        items.sort(key=_by_offset)
     return tuple(items)
 
 
-def _BY_OFFSET(item: SimpleCommand | Operator | Redirect) -> int:
+def _by_offset(item: SimpleCommand | Operator | Redirect) -> int:
     return item.offset
 
 
-def _BY_RULE_THEN_OFFSET(finding: Finding) -> tuple[int, int]:
+def _by_rule_then_offset(finding: Finding) -> tuple[int, int]:
     # R8 before R6 before R2: the most basic reason first.
     return ({"R8": 0, "R6": 1}.get(finding.rule, 2), finding.offset)
 

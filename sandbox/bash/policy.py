@@ -11,8 +11,9 @@ first reason given is the most useful one:
 - R5 function definitions; then for each simple command in source order R4
   (plain command word), R5 (assignments, wrappers), R2/R3 (prefix match on
   whole words); R2 for commands hidden in arithmetic or expansions;
-- R7 the hardening table, then assignments of dangerous variables and
-  redirections to ``/dev/tcp``.
+- R7 the hardening table: options that make a program run commands (per
+  simple command), then assignments of dangerous variables and redirections
+  into ``/dev/tcp``, ``.git/`` or shell start-up files.
 
 ``allowed_command_prefixes=("*",)`` (the default, as in ADK) allows every
 program, wrappers, paths, assignments and functions included: R2-R5 exist to
@@ -623,10 +624,14 @@ class BashToolPolicy:
         if not no_confirm.entries or not script.commands or script.functions:
             return True
         for redirect in script.redirects:
-            if redirect.operator in _WRITE_REDIRECTS:
-                target = redirect.target
-                if target is None or target.value != "/dev/null":
-                    return True
+            target = redirect.target
+            if redirect.operator == ">&" and target is not None and target.value is not None:
+                if target.value.isdigit() or target.value == "-":
+                    continue  # 2>&1: a descriptor, not a file
+            elif redirect.operator not in _WRITE_REDIRECTS:
+                continue
+            if target is None or target.value != "/dev/null":
+                return True
         return any(isinstance(self._allowlist(c, no_confirm), _Blocked) for c in script.commands)
 
     def _decide(self, command: object) -> tuple[PolicyDecision, ParsedScript | None]:
