@@ -285,3 +285,34 @@ def test_check_never_raises_and_stays_fast(text: str) -> None:
     assert isinstance(decision.allowed, bool)
     assert decision.reason
     assert elapsed < 1.0, f"check took {elapsed:.3f}s on {text[:80]!r}"
+
+
+# -- the sed-script analyzer, with GNU sed --sandbox as the oracle --------------------
+
+SED = shutil.which("sed")
+sed_pieces = st.sampled_from(
+    ["p", "d", "e id", "w out", "W out", "s/a/b/", "s/a/b/e", "s/a/b/w out", "s|a|b|g",
+     "s/[/]/x/", "s/a/b/2e", "y/ab/ba/", "1", "$", "/x/", "\\%x%", "1,3", "0~2", "!", "{",
+     "}", ";", "\n", " ", ":a", "ba", "ta", "l 5", "q", "=", "n", "N", "a text", "i text",
+     "#c\n", "e", "w", "s", "/", "\\", "I", "M", "g", "2", "x", "v", "v 4.2", "\t"]
+)  # fmt: skip
+
+
+@pytest.mark.skipif(SED is None, reason="sed is not installed")
+@settings(max_examples=300, deadline=None)
+@given(script=st.lists(sed_pieces, min_size=1, max_size=8).map("".join))
+def test_sed_scripts_judged_safe_run_no_command_and_write_no_file(script: str) -> None:
+    from sandbox.bash.hardening import sed_script_danger
+
+    if sed_script_danger(script) is not None:
+        return
+    assert SED is not None
+    # --sandbox makes GNU sed refuse e, r and w; the pieces above hold no r.
+    result = subprocess.run(
+        [SED, "--sandbox", "-n", "-e", script],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=5,
+        check=False,
+    )
+    assert b"disabled in sandbox mode" not in result.stderr, (script, result.stderr)

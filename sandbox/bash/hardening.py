@@ -1,8 +1,9 @@
 """R7: options and arguments that make an otherwise allowed program run commands.
 
 The table is data. Each `HardeningRule` names a program (matched on the command
-word, or on any later word when the command word is a wrapper such as ``xargs``)
-or an environment variable pattern, and what about its argv makes it dangerous:
+word, or on any later word when the command word is a wrapper such as ``xargs``),
+an environment variable pattern or a redirection-target pattern, and what makes
+it dangerous:
 
 - ``option``: an option, matched the way the program's parser would accept it:
   ``--upload-pack`` also as ``--upload-pack=x`` and abbreviated (``--upl=x``,
@@ -12,6 +13,9 @@ or an environment variable pattern, and what about its argv makes it dangerous:
 - ``pattern``: a regular expression searched in every argument (``ext::``);
 - ``subcommands``: the rule applies only to these subcommands (``grep``,
   ``bisect run``); with no option or pattern the subcommand alone is blocked;
+  ``unless_any`` exempts commands holding one of these words (``--get``);
+  ``before_subcommand`` limits an option to the program's global options
+  (``git -c``, not ``git log -c``);
 - ``analyzer``: a built-in check of a script argument (``sed-script``,
   ``awk-program``);
 - ``env``: an ``fnmatch`` pattern of variable names whose assignment is blocked;
@@ -316,12 +320,16 @@ def sed_script_danger(script: str) -> str | None:
                     continue
                 i = end + 1
                 break
-        elif ch in "rR" or ch == ":":
-            end = s.find("\n", i)
+        elif ch in "rR":
+            end = s.find("\n", i)  # the file name runs to the end of the line
             i = n if end < 0 else end + 1
-        elif ch in "btTv":
+        elif ch in ":btTv":
+            # GNU sed 4.9 ends a label (or v's version) at a blank, ";" or a
+            # newline: ":a e cmd" runs cmd.
             i += 1
-            while i < n and s[i] not in ";\n}":
+            while i < n and s[i] in " \t":
+                i += 1
+            while i < n and s[i] not in "; \t\n":
                 i += 1
         elif ch in "qQlL":
             i += 1
