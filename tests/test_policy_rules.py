@@ -440,7 +440,7 @@ def test_safe_git_options_are_allowed(command: str) -> None:
      "tar -I id -xf a.tar", "tar xIf id a.tar", "tar --checkpoint-action=exec=id -cf a .",
      "sed 's/a/b/e' f", "sed -n '1e id' f", "sed 'w /tmp/x' f", "sed -e 's/a/b/w x' f",
      "sed -f script.sed f", "awk 'BEGIN{system(\"id\")}'", "awk '{print | \"id\"}' f",
-     "awk -f prog.awk f", "printf -v PATH %s /tmp", "xargs git -c a=b log",
+     "awk -f prog.awk f", "awk 'BEGIN{f=\"system\"; @f(\"id\")}'", "printf -v PATH %s /tmp", "xargs git -c a=b log",
      "ssh -o ProxyCommand=id host", "rsync -e id a b", "split --filter=id f",
      "sort --compress-program=id f", "less +!id f", "man -P id ls", "let x=1",
      "unset 'a[$i]'", "test -v 'a[$i]'"],

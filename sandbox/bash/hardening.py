@@ -343,7 +343,8 @@ def sed_script_danger(script: str) -> str | None:
 
 
 _AWK_DANGER = re.compile(
-    r"system\s*\(|\||\bgetline\b|@load|@include|\b(print|printf)\b[^;{}\n]*>",
+    # "@" covers @load, @include and gawk's indirect calls (f = "system"; @f("id")).
+    r"system\s*\(|\||\bgetline\b|@|\b(print|printf)\b[^;{}\n]*>",
 )
 
 
