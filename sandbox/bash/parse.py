@@ -708,18 +708,13 @@ class _Walk:
     def command(self, node: Node, children: list[Node]) -> set[int]:
         """Record a simple command; return the start offsets of its children made
         of plain words, which the walk can skip."""
-        text = self.text(node)
+        start = node.start_byte
+        text = self.span(start, node.end_byte)
+        at = start if self.ascii else self.offset(start)
         if children[0].kind_id in _COMMAND_NAME and _PLAIN_COMMAND.fullmatch(text):
             # The common case: plain words only. Nothing inside needs a walk.
-            self.commands.append(
-                SimpleCommand(
-                    "command",
-                    tuple(Word(w, w, w, True) for w in _BLANKS.split(text)),
-                    (),
-                    text,
-                    self.offset(node.start_byte),
-                )
-            )
+            words = tuple([Word(w, w, w, True) for w in _BLANKS.split(text)])
+            self.commands.append(SimpleCommand("command", words, (), text, at))
             return _EVERYTHING
         assignments: list[Assignment] = []
         parts: list[Node] = []
@@ -737,13 +732,7 @@ class _Walk:
                 assignments.append(self.assignment(child))
         plain: set[int] = set()
         self.commands.append(
-            SimpleCommand(
-                "command",
-                self.words(parts, plain),
-                tuple(assignments),
-                text,
-                self.offset(node.start_byte),
-            )
+            SimpleCommand("command", self.words(parts, plain), tuple(assignments), text, at)
         )
         return plain
 

@@ -294,7 +294,8 @@ class _ProgramRules:
 
     program: str
     syntax: ProgramSyntax
-    general: tuple[HardeningRule, ...]
+    general: tuple[HardeningRule, ...]  # no subcommands; patterns, analyzers, always-on
+    general_options: tuple[HardeningRule, ...]  # option-only rules without subcommands
     by_head: Mapping[str, tuple[HardeningRule, ...]]
     with_subcommands: tuple[HardeningRule, ...]
 
@@ -306,10 +307,16 @@ class _ProgramRules:
                 bucket = by_head.setdefault(sub.split()[0], [])
                 if rule not in bucket:
                     bucket.append(rule)
+
+        def option_only(rule: HardeningRule) -> bool:
+            return rule.option is not None and rule.pattern is None and rule.analyzer is None
+
+        general = [r for r in rules if not r.subcommands]
         return cls(
             program,
             PROGRAM_SYNTAX.get(program, ProgramSyntax()),
-            tuple(r for r in rules if not r.subcommands),
+            tuple(r for r in general if not option_only(r)),
+            tuple(r for r in general if option_only(r)),
             MappingProxyType({k: tuple(v) for k, v in by_head.items()}),
             tuple(r for r in rules if r.subcommands),
         )
@@ -322,20 +329,20 @@ class _ProgramRules:
             if first.value and not first.value.startswith("-"):
                 args[0] = Word(first.text, "-" + first.value, "-" + first.value, False)
         located = _locate_subcommand(args, syntax)
-        if located.unknown:
-            rules = self.general + self.with_subcommands
-        else:
-            rules = self.general
-            for idx in located.candidates:
-                rules += self.by_head.get(args[idx].value or "", ())
         # Only words that are, or may expand to, an option can match an option
-        # rule; in most commands that is a handful.
+        # rule; in most commands that is a handful, often none.
         options = [
             i
             for i, w in enumerate(args)
             if (w.value is None and w.prefix[:1] in ("", "-") and not w.numeric)
             or (w.value or "")[:1] == "-"
         ]
+        rules = self.general + self.general_options if options else self.general
+        if located.unknown:
+            rules += self.with_subcommands
+        else:
+            for idx in located.candidates:
+                rules += self.by_head.get(args[idx].value or "", ())
         for rule in rules:
             hit = _rule_fires(rule, words, args, located, options, syntax)
             if hit is not None:
@@ -736,7 +743,7 @@ class BashToolPolicy:
         if prefixes.wildcard:
             return ("*",)
         text = cmd.text
-        assigned = [scan_word(a.text).value for a in cmd.assignments]
+        assigned = [scan_word(a.text).value for a in cmd.assignments] if cmd.assignments else []
         if not cmd.words:
             if not assigned:
                 return ()  # only redirections: nothing runs
