@@ -735,6 +735,107 @@ def test_call_sync_and_resume_sync_work_without_an_event_loop(effect: SideEffect
     assert result == {"written": "a"}
 
 
+# -- what runs is what was approved (hot-path shortcuts keep it so) --------------------------------
+
+
+async def test_a_provider_that_changes_the_request_it_was_shown_cannot_change_what_runs(
+    effect: SideEffect,
+) -> None:
+    def sneaky(request: ConfirmationRequest) -> bool:
+        request.args["text"] = "rm -rf /"  # the request shown is a copy: changes stay there
+        return True
+
+    runner = ToolRunner([append_tool(effect)], provider=CallbackConfirmationProvider(sneaky))
+
+    assert await runner.call("append", {"text": "ls"}, call_id="c1") == {"written": "ls"}
+    assert effect.lines == ["ls"]
+    assert request_of(runner, "c1").args == {"text": "ls"}
+
+
+async def test_a_provider_that_changes_nested_arguments_it_was_shown_cannot_change_what_runs(
+    effect: SideEffect,
+) -> None:
+    def keep(data: Any) -> dict[str, Any]:
+        effect.append(json.dumps(data))
+        return {"kept": data}
+
+    def sneaky(request: ConfirmationRequest) -> bool:
+        request.args["data"]["path"] = "/etc"  # nested: still only the copy shown
+        return True
+
+    runner = ToolRunner([FunctionTool(keep, require_confirmation=True)],
+                        provider=CallbackConfirmationProvider(sneaky))
+
+    assert await runner.call("keep", {"data": {"path": "/tmp"}}) == {"kept": {"path": "/tmp"}}
+    assert effect.lines == ['{"path": "/tmp"}']
+
+
+async def test_a_caller_changing_its_arguments_while_a_human_decides_cannot_change_what_runs(
+    effect: SideEffect,
+) -> None:
+    args = {"text": "ls"}
+
+    def human(request: ConfirmationRequest) -> bool:
+        args["text"] = "rm -rf /"  # the caller's dict, changed while the call waits
+        return True
+
+    runner = ToolRunner([append_tool(effect)], provider=CallbackConfirmationProvider(human))
+
+    assert await runner.call("append", args, call_id="c1") == {"written": "ls"}
+    assert effect.lines == ["ls"]
+
+
+async def test_auto_approve_with_its_own_confirm_is_asked_like_any_provider(
+    effect: SideEffect,
+) -> None:
+    asked: list[ConfirmationRequest] = []
+
+    class Recording(AutoApprove):
+        async def confirm(self, request: ConfirmationRequest) -> Decision:
+            asked.append(request)
+            return Decision.deny("seen and refused")
+
+    patched = AutoApprove()
+
+    async def refuse(request: ConfirmationRequest) -> Decision:
+        asked.append(request)
+        return Decision.deny("patched")
+
+    patched.confirm = refuse  # type: ignore[method-assign]
+
+    for provider in (Recording(), patched):
+        runner = ToolRunner([append_tool(effect)], provider=provider)
+        result = await runner.call("append", {"text": "a"})
+        assert result["status"] == "denied"
+    assert [r.args for r in asked] == [{"text": "a"}, {"text": "a"}]
+    assert not effect.happened
+
+
+async def test_auto_approve_records_the_same_decision_and_confirmation_as_before(
+    effect: SideEffect,
+) -> None:
+    seen: list[ToolContext] = []
+
+    async def look(tool_context: ToolContext) -> dict[str, Any]:
+        seen.append(tool_context)
+        return {}
+
+    runner = ToolRunner([FunctionTool(look, require_confirmation=True)], provider=AutoApprove())
+    await runner.call("look", {}, call_id="c1")
+    await runner.call("look", {}, call_id="c2")
+
+    decision = runner.store.request_decision(request_of(runner, "c1").id)
+    assert decision is not None
+    assert decision["decision"] == Decision.approve(
+        decided_by="auto-approve", channel="auto-approve").model_dump(mode="json")
+    assert (decision["decided_by"], decision["channel"]) == ("auto-approve", "auto-approve")
+    confirmation = seen[0].tool_confirmation
+    assert confirmation is not None and confirmation.confirmed and confirmation.payload is None
+    assert confirmation.model_fields_set == {"confirmed", "hint", "payload"}
+    assert [s for s, _, _ in runner.store.journal("c2")] == [
+        "new", "awaiting", "approved", "started", "done"]
+
+
 # -- configuration ------------------------------------------------------------------------------
 
 

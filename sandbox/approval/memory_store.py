@@ -48,8 +48,11 @@ _EMPTY_DETAILS = "{}"
 
 
 class _Call:
-    __slots__ = ("args", "call_id", "created", "digest", "grant_digest", "owner", "request_id",
-                 "result", "run_args", "session_id", "state", "tool", "updated")
+    # A call's journal and request ids are tuples of strings and floats: the garbage
+    # collector stops tracking those, which keeps a full store cheap to collect.
+    __slots__ = ("args", "call_id", "created", "digest", "grant_digest", "journal", "owner",
+                 "request_id", "requests", "result", "run_args", "session_id", "state", "tool",
+                 "updated")
 
     def __init__(self, call_id: str, tool: str, digest: str, args: str, owner: str,
                  session_id: str | None, now: float) -> None:
@@ -66,6 +69,9 @@ class _Call:
         self.session_id = session_id
         self.created = now
         self.updated = now
+        self.journal: tuple[tuple[str, float, str | None, str | None], ...] = (
+            ("new", now, owner, None),)
+        self.requests: tuple[str, ...] = ()
 
     def record(self) -> CallRecord:
         return CallRecord(
@@ -150,11 +156,9 @@ class MemoryApprovalStore(ApprovalStore):
         self._lock = threading.RLock()
         self._closed = False
         self._calls: dict[str, _Call] = {}
-        self._journals: dict[str, list[tuple[str, float, str | None, str | None]]] = {}
         # Finished calls that may be forgotten, oldest first (the order they finished in).
         self._finished: dict[str, None] = {}
         self._requests: dict[str, _Request] = {}
-        self._by_call: dict[str, list[str]] = {}
         self._pending: dict[str, _Request] = {}
         self._answers: dict[str, tuple[str, str | None, str | None, float]] = {}
         self._rules: dict[str, list[Any]] = {}
@@ -176,7 +180,7 @@ class MemoryApprovalStore(ApprovalStore):
         """Every call transition, as in the SQLite store's journal trigger."""
         rec.state = state
         rec.updated = now
-        self._journals[rec.call_id].append((state, now, rec.owner, detail))
+        rec.journal += ((state, now, rec.owner, detail),)
         cid = rec.call_id
         if state in _PRUNABLE:
             self._finished.pop(cid, None)
@@ -188,17 +192,16 @@ class MemoryApprovalStore(ApprovalStore):
 
     def open_call(
         self, call_id: str, tool: str, digest: str, args: dict[str, Any],
-        session_id: str | None = None,
+        session_id: str | None = None, *, args_json: str | None = None,
     ) -> CallRecord | None:
         now = _now()
         owner = _Owner.token()
-        text = canonical_json(args)
+        text = canonical_json(args) if args_json is None else args_json
         with self._lock:
             self._check_open()
             rec = self._calls.get(call_id)
             if rec is None:
                 self._calls[call_id] = _Call(call_id, tool, digest, text, owner, session_id, now)
-                self._journals[call_id] = [("new", now, owner, None)]
                 self._opened += 1
                 if self.max_history is not None and self._opened % 1024 == 0:
                     self._prune(self.max_history)
@@ -218,9 +221,8 @@ class MemoryApprovalStore(ApprovalStore):
         victims = list(self._finished)[:excess]
         for cid in victims:
             del self._finished[cid]
-            self._calls.pop(cid, None)
-            self._journals.pop(cid, None)
-            for rid in self._by_call.pop(cid, ()):
+            rec = self._calls.pop(cid, None)
+            for rid in () if rec is None else rec.requests:
                 self._requests.pop(rid, None)
                 self._pending.pop(rid, None)
                 self._answers.pop(rid, None)
@@ -296,13 +298,15 @@ class MemoryApprovalStore(ApprovalStore):
     def count_requests(self, call_id: str) -> int:
         with self._lock:
             self._check_open()
-            return len(self._by_call.get(call_id, ()))
+            rec = self._calls.get(call_id)
+            return 0 if rec is None else len(rec.requests)
 
     def journal(self, call_id: str) -> list[tuple[str, float, str | None]]:
         with self._lock:
             self._check_open()
-            return [(state, at, detail)
-                    for state, at, _, detail in self._journals.get(call_id, ())]
+            rec = self._calls.get(call_id)
+            return [] if rec is None else [(state, at, detail)
+                                           for state, at, _, detail in rec.journal]
 
     # -- requests --------------------------------------------------------------------
 
@@ -334,12 +338,12 @@ class MemoryApprovalStore(ApprovalStore):
         self, *, call_id: str, tool: str, args: dict[str, Any], digest: str, hint: str,
         payload: Any, kind: str, expires_at: float | None,
         details: dict[str, Any] | None = None, edited_from: str | None = None,
-        session_id: str | None = None,
+        session_id: str | None = None, args_json: str | None = None,
     ) -> tuple[str, float]:
         rid = new_id("cf")
         now = _now()
         owner = _Owner.token()
-        text = canonical_json(args)
+        text = canonical_json(args) if args_json is None else args_json
         payload_text = None if payload is None else _dump(payload)
         details_text = _dump(details) if details else _EMPTY_DETAILS
         assert details_text is not None
@@ -361,7 +365,7 @@ class MemoryApprovalStore(ApprovalStore):
                            details_text, now, expires_at, edited_from, session_id)
             self._requests[rid] = req
             self._pending[rid] = req
-            self._by_call.setdefault(call_id, []).append(rid)
+            rec.requests += (rid,)
             rec.request_id = rid
             self._set_state(rec, "awaiting", now, rid)
         return rid, now
@@ -375,13 +379,13 @@ class MemoryApprovalStore(ApprovalStore):
         reason: str | None = None,
         decided_by: str | None = None,
         channel: str | None = None,
-        decision: dict[str, Any] | None = None,
+        decision: dict[str, Any] | str | None = None,
         call_result: Any = None,
         start: bool = False,
     ) -> None:
         now = _now()
         owner = _Owner.token()
-        decision_text = None if decision is None else _dump(decision)
+        decision_text = decision if isinstance(decision, str) else _dump(decision)
         result_text = None if call_result is None else _dump(call_result)
         with self._lock:
             self._check_open()
@@ -499,10 +503,10 @@ class MemoryApprovalStore(ApprovalStore):
                         "applied; a confirmation is answered once"
                     )
                 self._answers[request_id] = (text, decided_by, channel, now)
-                journal = self._journals.get(req.call_id)
-                if journal is not None:
-                    journal.append(("answered", now, None,
-                                    f"{request_id} by {decided_by or channel}"))
+                rec = self._calls.get(req.call_id)
+                if rec is not None:
+                    rec.journal += (("answered", now, None,
+                                     f"{request_id} by {decided_by or channel}"),)
         if expired:
             raise ConfirmationTimedOutError(_timed_out_message(req.public()))
 

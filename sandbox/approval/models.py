@@ -19,12 +19,16 @@ Outcome = Literal["approve", "deny", "edit"]
 Scope = Literal["once", "session", "always"]
 
 
+# One encoder for every call (what `json.dumps` with these options builds each time).
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def canonical_json(value: Any) -> str:
     """The one serialisation of arguments that digests, grants and the store agree on."""
     try:
-        return json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        return _CANONICAL.encode(value)
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(
             f"tool arguments must be JSON values (str, number, bool, null, list, object): {exc}"
@@ -33,7 +37,12 @@ def canonical_json(value: Any) -> str:
 
 def args_digest(tool: str, args: dict[str, Any]) -> str:
     """SHA-256 over the tool name and its canonical arguments: what a grant is bound to."""
-    return hashlib.sha256(f"{tool}\x00{canonical_json(args)}".encode()).hexdigest()
+    return digest_of(tool, canonical_json(args))
+
+
+def digest_of(tool: str, args_json: str) -> str:
+    """`args_digest` from arguments already serialised by `canonical_json`."""
+    return hashlib.sha256(f"{tool}\x00{args_json}".encode()).hexdigest()
 
 
 class ConfirmationRequest(BaseModel):

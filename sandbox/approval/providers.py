@@ -62,6 +62,22 @@ class AutoApprove:
 
 
 _AUTO_APPROVED = Decision.approve(decided_by=AutoApprove.name, channel=AutoApprove.name)
+#: What the store records for it, as JSON text (computed once: the decision is immutable).
+_AUTO_APPROVED_JSON = json.dumps(_AUTO_APPROVED.model_dump(mode="json"), ensure_ascii=False)
+_AUTO_APPROVE_CONFIRM = AutoApprove.confirm
+
+
+def fixed_answer(provider: object) -> Decision | None:
+    """The decision `provider` would give any request, when that is known without asking.
+
+    Only an `AutoApprove` whose `confirm` is the original (not overridden in a subclass,
+    on the instance, or patched) qualifies; the runner then needs neither the request
+    model nor a timeout scope for it. Anything else returns None and is asked.
+    """
+    confirm = getattr(provider, "confirm", None)
+    if getattr(confirm, "__func__", None) is _AUTO_APPROVE_CONFIRM:
+        return _AUTO_APPROVED
+    return None
 
 
 class AutoDeny:

@@ -10,8 +10,10 @@ again, with `tool_context.tool_confirmation` set, once the answer is an approval
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any, TypeVar
 
 import anyio
@@ -29,10 +31,17 @@ from ..errors import (
 from ..tools.base import BaseTool, ToolArgumentError
 from ..tools.context import ToolConfirmation, ToolContext
 from .display import shown
-from .models import ConfirmationRequest, Decision, args_digest
-from .providers import ConfirmationProvider, parse_answer, to_decision
+from .models import ConfirmationRequest, Decision, args_digest, canonical_json, digest_of
+from .providers import (
+    _AUTO_APPROVED,
+    _AUTO_APPROVED_JSON,
+    ConfirmationProvider,
+    fixed_answer,
+    parse_answer,
+    to_decision,
+)
 from .rules import Rule, RuleBook
-from .store import ApprovalStore, CallRecord, _Owner, new_id
+from .store import ApprovalStore, CallRecord, _dt, _Owner, new_id
 
 T = TypeVar("T")
 
@@ -43,6 +52,62 @@ class _Failure:
     def __init__(self, kind: str, message: str) -> None:
         self.kind = kind  # "error" | "timeout" | "pending"
         self.message = message
+
+
+class _Asked:
+    """A request this runner has just parked: what the gate itself reads of it.
+
+    The `ConfirmationRequest` model (what providers, rules and the audit see) is built
+    from it only when something needs it; an `AutoApprove`d call never does. Its
+    arguments are parsed from the canonical JSON that was stored and digested, so
+    whatever is done to the request shown cannot reach the arguments that run.
+    """
+
+    __slots__ = ("_public", "args", "args_json", "call_id", "created", "details", "digest",
+                 "edited_from", "expires", "hint", "id", "kind", "payload", "session_id",
+                 "tool")
+
+    def __init__(self, rid: str, created: float, call_id: str, tool: str,
+                 args: dict[str, Any], args_json: str, digest: str, hint: str, payload: Any,
+                 kind: str, expires: float | None, details: dict[str, Any] | None,
+                 edited_from: str | None, session_id: str | None) -> None:
+        self.id = rid
+        self.created = created
+        self.call_id = call_id
+        self.tool = tool
+        self.args = args
+        self.args_json = args_json
+        self.digest = digest
+        self.hint = hint
+        self.payload = payload
+        self.kind = kind
+        self.expires = expires
+        self.details = details
+        self.edited_from = edited_from
+        self.session_id = session_id
+        self._public: ConfirmationRequest | None = None
+
+    @property
+    def expires_at(self) -> datetime | None:
+        return _dt(self.expires)
+
+    def public(self) -> ConfirmationRequest:
+        if self._public is None:
+            self._public = ApprovalStore._built_request(
+                self.id, self.created, call_id=self.call_id, tool=self.tool,
+                args=json.loads(self.args_json),
+                digest=self.digest, hint=self.hint, payload=self.payload, kind=self.kind,
+                expires_at=self.expires, details=self.details, edited_from=self.edited_from,
+                session_id=self.session_id)
+        return self._public
+
+
+#: A request as the gate handles it: parked by this runner, or read back from the store.
+_Request = ConfirmationRequest | _Asked
+
+
+def _public(req: _Request) -> ConfirmationRequest:
+    return req.public() if isinstance(req, _Asked) else req
 
 
 class ToolRunner:
@@ -139,16 +204,21 @@ class ToolRunner:
         args = {} if args is None else args
         try:
             args = tool.validate_args(args)
-            digest = args_digest(name, args)
+            text = canonical_json(args)  # serialised once: digest, call record and request
+            digest = digest_of(name, text)
         except (ToolArgumentError, ConfigurationError) as exc:
             message = exc.message if isinstance(exc, ToolArgumentError) else str(exc)
             self.audit.emit("tool.rejected", tool=name, call_id=call_id, reason=message)
             return {"status": "error", "error": message}
-        existing = await self._db(self.store.open_call, call_id, name, digest, args,
-                                  self.session_id)
+        if self._offload:
+            existing = await self._db(self.store.open_call, call_id, name, digest, args,
+                                      self.session_id, args_json=text)
+        else:
+            existing = self.store.open_call(call_id, name, digest, args, self.session_id,
+                                            args_json=text)
         if existing is not None:
             return await self._replay(existing, name, digest)
-        return await self._gate(tool, call_id, args, digest, round_=0)
+        return await self._gate(tool, call_id, args, digest, round_=0, args_json=text)
 
     async def pending(self) -> list[ConfirmationRequest]:
         """Confirmation requests waiting for an answer, oldest first."""
@@ -270,19 +340,20 @@ class ToolRunner:
             }, event="tool.failed"), None
 
     async def _gate(self, tool: BaseTool, call_id: str, args: dict[str, Any], digest: str,
-                    *, round_: int) -> dict[str, Any]:
+                    *, round_: int, args_json: str | None = None) -> dict[str, Any]:
         ended, hint = await self._policy(tool, call_id, args, digest)
         if ended is not None:
             return ended
         if hint is not None:
             kind = "predicate" if callable(getattr(tool, "require_confirmation", None)) else "static"
             return await self._ask(tool, call_id, args, digest, hint=hint, payload=None,
-                                   kind=kind, round_=round_)
+                                   kind=kind, round_=round_, args_json=args_json)
         return await self._execute(tool, call_id, args, digest, None, round_=round_)
 
     async def _ask(self, tool: BaseTool, call_id: str, args: dict[str, Any], digest: str, *,
                    hint: str, payload: Any, kind: str, round_: int,
-                   edited_from: str | None = None) -> dict[str, Any]:
+                   edited_from: str | None = None,
+                   args_json: str | None = None) -> dict[str, Any]:
         if round_ >= self.max_rounds:
             return await self._end(tool, call_id, digest, "error", {
                 "status": "error",
@@ -297,27 +368,47 @@ class ToolRunner:
         subjects = _rule_subjects(tool, args)
         if subjects is not None:
             details = {**details, "rule_subjects": [list(argv) for argv in subjects]}
+        name = tool.name
+        if args_json is None:
+            args_json = canonical_json(args)
         try:
-            req = await self._db(
-                self.store.add_request, call_id=call_id, tool=tool.name, args=args,
-                digest=digest, hint=hint, payload=payload, kind=kind, expires_at=expires,
-                details=details, edited_from=edited_from, session_id=self.session_id,
-            )
+            # The request model is built only if a provider, a rule or the audit needs it.
+            if self._offload:
+                rid, created = await self._db(
+                    self.store._add_request, call_id=call_id, tool=name, args=args,
+                    digest=digest, hint=hint, payload=payload, kind=kind, expires_at=expires,
+                    details=details, edited_from=edited_from, session_id=self.session_id,
+                    args_json=args_json)
+            else:
+                rid, created = self.store._add_request(
+                    call_id=call_id, tool=name, args=args, digest=digest, hint=hint,
+                    payload=payload, kind=kind, expires_at=expires, details=details,
+                    edited_from=edited_from, session_id=self.session_id, args_json=args_json)
         except ConfirmationStateError as exc:
             return await self._end(tool, call_id, digest, "error",
                                    {"status": "error", "error": str(exc)}, event="tool.failed")
-        self.audit.emit("tool.requested", tool=tool.name, call_id=call_id, digest=digest,
-                        args=args, confirmation_id=req.id, hint=hint, kind=kind,
-                        details=details or None)
+        req = _Asked(rid, created, call_id, name, args, args_json, digest, hint, payload, kind,
+                     expires, details, edited_from, self.session_id)
+        if self.audit.enabled:
+            self.audit.emit("tool.requested", tool=name, call_id=call_id, digest=digest,
+                            args=args, confirmation_id=rid, hint=hint, kind=kind,
+                            details=details or None)
         if kind != "tool":  # a tool asking from inside wants a human's payload, not a rule
-            rules = await self._db(self.rules.match, tool.name, args, subjects=subjects,
-                                   session_id=self.rule_session)
+            if self._offload:
+                rules = await self._db(self.rules.match, tool.name, args, subjects=subjects,
+                                       session_id=self.rule_session)
+            else:
+                rules = self.rules.match(tool.name, args, subjects=subjects,
+                                         session_id=self.rule_session)
             if rules:
                 by_rule = Decision.approve(decided_by=",".join(r.id for r in rules),
                                            channel="rule")
                 return await self._apply(tool, req, by_rule, round_=round_)
         if self.provider is None:
             return _awaiting(req)
+        fixed = fixed_answer(self.provider)
+        if fixed is not None:  # AutoApprove: known without building or sending the request
+            return await self._apply(tool, req, fixed, round_=round_)
         answer = await self._consult(self.provider, req)
         if isinstance(answer, _Failure) and answer.kind == "pending" and _expired(req):
             answer = _Failure("timeout", f"{answer.message.split(';')[0]}, and the request "
@@ -330,13 +421,20 @@ class ToolRunner:
         return await self._apply(tool, req, answer, round_=round_)
 
     async def _consult(self, provider: ConfirmationProvider,
-                       req: ConfirmationRequest) -> Decision | _Failure:
+                       req: _Request) -> Decision | _Failure:
         timeout = provider.timeout
+        request = _public(req)
         try:
-            # move_on_after, not fail_after: only our own deadline is a timeout. A
-            # TimeoutError the provider raises itself (its HTTP client, say) is a failure.
-            with anyio.move_on_after(timeout or None) as scope:
-                answer = await provider.confirm(req)
+            if timeout:
+                # move_on_after, not fail_after: only our own deadline is a timeout. A
+                # TimeoutError the provider raises itself (its HTTP client, say) is a
+                # failure.
+                with anyio.move_on_after(timeout) as scope:
+                    answer = await provider.confirm(request)
+                timed_out = scope.cancelled_caught
+            else:  # no deadline: no cancel scope
+                answer = await provider.confirm(request)
+                timed_out = False
         except ConfirmationTimedOutError as exc:
             # The request itself expired while the provider waited (its deadline is in
             # the store): a timeout, whatever on_timeout says.
@@ -344,7 +442,7 @@ class ToolRunner:
         except Exception as exc:
             return _Failure("error", f"confirmation provider {provider.name} failed: "
                                      f"{type(exc).__name__}: {exc}")
-        if scope.cancelled_caught:
+        if timed_out:
             if provider.on_timeout == "pending":
                 return _Failure("pending", f"no answer from {provider.name} within {timeout:g}s;"
                                 " the request stays pending")
@@ -355,7 +453,7 @@ class ToolRunner:
             return _Failure("error", f"confirmation provider {provider.name} failed: "
                                      f"{type(exc).__name__}: {exc}")
 
-    async def _apply(self, tool: BaseTool, req: ConfirmationRequest,
+    async def _apply(self, tool: BaseTool, req: _Request,
                      answer: Decision | _Failure, *, round_: int) -> dict[str, Any]:
         call_id = req.call_id
         if isinstance(answer, _Failure):
@@ -384,12 +482,12 @@ class ToolRunner:
                 return refused
             if not claim:
                 await self._remember(tool, req, answer)
-            confirmation = ToolConfirmation(confirmed=True, hint=req.hint, payload=answer.payload)
-            return await self._execute(tool, call_id, req.args, req.digest, confirmation,
-                                       round_=round_, claimed=claim)
+            return await self._execute(tool, call_id, req.args, req.digest,
+                                       _approval(req.hint, answer.payload), round_=round_,
+                                       claimed=claim)
         return await self._apply_edit(tool, req, answer, round_=round_)
 
-    async def _remember(self, tool: BaseTool, req: ConfirmationRequest,
+    async def _remember(self, tool: BaseTool, req: _Request,
                         answer: Decision) -> list[Rule]:
         """Save the rules an approval with scope session/always asks for.
 
@@ -397,7 +495,7 @@ class ToolRunner:
         that does not fit the call is not saved (the approval itself still stands).
         """
         try:
-            made = await self._db(self.rules.from_decision, req, answer,
+            made = await self._db(self.rules.from_decision, _public(req), answer,
                                   subjects=_rule_subjects(tool, req.args),
                                   session_id=self.rule_session)
         except (RuleError, ConfigurationError) as exc:
@@ -412,7 +510,7 @@ class ToolRunner:
                             decided_by=answer.decided_by, channel=answer.channel)
         return made
 
-    async def _apply_edit(self, tool: BaseTool, req: ConfirmationRequest, answer: Decision, *,
+    async def _apply_edit(self, tool: BaseTool, req: _Request, answer: Decision, *,
                           round_: int) -> dict[str, Any]:
         refused = await self._decide(tool, req, None, status="edited", outcome="edit",
                                      reason=answer.reason, decision=answer)
@@ -438,11 +536,10 @@ class ToolRunner:
                                    payload=req.payload, kind="edit", round_=round_ + 1,
                                    edited_from=req.id)
         await self._db(self.store.grant, call_id, new_digest, new_args)
-        confirmation = ToolConfirmation(confirmed=True, hint=req.hint, payload=answer.payload)
-        return await self._execute(tool, call_id, new_args, new_digest, confirmation,
-                                   round_=round_)
+        return await self._execute(tool, call_id, new_args, new_digest,
+                                   _approval(req.hint, answer.payload), round_=round_)
 
-    async def _decide(self, tool: BaseTool, req: ConfirmationRequest,
+    async def _decide(self, tool: BaseTool, req: _Request,
                       result: dict[str, Any] | None, *, status: str, outcome: str,
                       reason: str | None, decision: Decision | None = None,
                       channel: str | None = None, start: bool = False) -> dict[str, Any] | None:
@@ -451,13 +548,22 @@ class ToolRunner:
         answered (by another channel, process or replay)."""
         decided_by = decision.decided_by if decision else None
         channel = (decision.channel if decision else None) or channel
+        dumped = None if decision is None else (
+            _AUTO_APPROVED_JSON if decision is _AUTO_APPROVED
+            else decision.model_dump(mode="json"))
         try:
-            await self._db(
-                self.store.decide, req.id, status=status, outcome=outcome, reason=reason,
-                decided_by=decided_by, channel=channel,
-                decision=decision.model_dump(mode="json") if decision else None,
-                call_result=result, start=start,
-            )
+            if self._offload:
+                await self._db(
+                    self.store.decide, req.id, status=status, outcome=outcome, reason=reason,
+                    decided_by=decided_by, channel=channel, decision=dumped,
+                    call_result=result, start=start,
+                )
+            else:
+                self.store.decide(
+                    req.id, status=status, outcome=outcome, reason=reason,
+                    decided_by=decided_by, channel=channel, decision=dumped,
+                    call_result=result, start=start,
+                )
         except ConfirmationTimedOutError as exc:
             self.audit.emit("tool.timed_out", tool=tool.name, call_id=req.call_id,
                             digest=req.digest, confirmation_id=req.id, reason=str(exc),
@@ -478,7 +584,7 @@ class ToolRunner:
                         confirmation_id=req.id, decision=status, reason=reason,
                         decided_by=decided_by, channel=channel,
                         scope=decision.scope if decision else None,
-                        shown=shown(req, self._redacted(req.tool, req.args)),
+                        shown=shown(_public(req), self._redacted(req.tool, req.args)),
                         edited_args=self._redacted(req.tool, edited) if edited else None,
                         edit=_args_diff(self._redacted(req.tool, req.args),
                                         self._redacted(req.tool, edited),
@@ -493,14 +599,16 @@ class ToolRunner:
     async def _execute(self, tool: BaseTool, call_id: str, args: dict[str, Any], digest: str,
                        confirmation: ToolConfirmation | None, *, round_: int,
                        claimed: bool = False) -> dict[str, Any]:
-        if not claimed and not await self._db(self.store.start, call_id, digest):
+        if not claimed and not (await self._db(self.store.start, call_id, digest)
+                                if self._offload else self.store.start(call_id, digest)):
             rec = await self._db(self.store.get_call, call_id)
             message = (f"call {call_id} cannot start: it is {rec.state}, and a grant is used "
                        "once and only for the exact arguments approved")
             self.audit.emit("tool.rejected", tool=tool.name, call_id=call_id, digest=digest,
                             reason=message)
             return {"status": "rejected", "error": message, "call_id": call_id}
-        self.audit.emit("tool.started", tool=tool.name, call_id=call_id, digest=digest)
+        if self.audit.enabled:
+            self.audit.emit("tool.started", tool=tool.name, call_id=call_id, digest=digest)
         ctx = ToolContext(function_call_id=call_id, tool_confirmation=confirmation,
                           session_id=self.session_id)
         ctx._gate_checked = True  # type: ignore[attr-defined]
@@ -524,9 +632,13 @@ class ToolRunner:
                                    payload=requested.payload, kind="tool", round_=round_ + 1)
         if not isinstance(result, dict):
             result = {"result": result}
-        await self._db(self.store.finish, call_id, "done", result)
-        self.audit.emit("tool.finished", tool=tool.name, call_id=call_id, digest=digest,
-                        error=result.get("error"))
+        if self._offload:
+            await self._db(self.store.finish, call_id, "done", result)
+        else:
+            self.store.finish(call_id, "done", result)
+        if self.audit.enabled:
+            self.audit.emit("tool.finished", tool=tool.name, call_id=call_id, digest=digest,
+                            error=result.get("error"))
         return result
 
     async def _end(self, tool: BaseTool, call_id: str, digest: str, state: str,
@@ -575,7 +687,23 @@ class ToolRunner:
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
 
 
-def _expired(req: ConfirmationRequest) -> bool:
+_APPROVALS: dict[str, ToolConfirmation] = {}
+
+
+def _approval(hint: str, payload: Any) -> ToolConfirmation:
+    """The `ToolConfirmation` an approved call runs with. Without a payload it is one
+    frozen (immutable) instance per hint, shared; a few hundred hints are kept."""
+    if payload is not None:
+        return ToolConfirmation(confirmed=True, hint=hint, payload=payload)
+    confirmation = _APPROVALS.get(hint)
+    if confirmation is None:
+        confirmation = ToolConfirmation(confirmed=True, hint=hint, payload=None)
+        if len(_APPROVALS) < 256:
+            _APPROVALS[hint] = confirmation
+    return confirmation
+
+
+def _expired(req: _Request) -> bool:
     return req.expires_at is not None and time.time() > req.expires_at.timestamp()
 
 
@@ -601,7 +729,7 @@ def _args_diff(old: dict[str, Any], new: dict[str, Any], new_digest: str) -> dic
     }
 
 
-def _awaiting(req: ConfirmationRequest) -> dict[str, Any]:
+def _awaiting(req: _Request) -> dict[str, Any]:
     return {
         "status": "awaiting_confirmation",
         "confirmation_id": req.id,

@@ -355,12 +355,15 @@ class ApprovalStore:
 
     def open_call(
         self, call_id: str, tool: str, digest: str, args: dict[str, Any],
-        session_id: str | None = None,
+        session_id: str | None = None, *, args_json: str | None = None,
     ) -> CallRecord | None:
-        """Record a new call; return the existing record instead if the id is known."""
+        """Record a new call; return the existing record instead if the id is known.
+
+        ``args_json``: ``canonical_json(args)``, when the caller has it already.
+        """
         now = _now()
         owner = _Owner.token()
-        text = canonical_json(args)
+        text = canonical_json(args) if args_json is None else args_json
         with self._lock:
             # One statement (journalled by its trigger): a new id is the common case.
             cur = self._db.execute(
@@ -538,13 +541,14 @@ class ApprovalStore:
         self, *, call_id: str, tool: str, args: dict[str, Any], digest: str, hint: str,
         payload: Any, kind: str, expires_at: float | None,
         details: dict[str, Any] | None = None, edited_from: str | None = None,
-        session_id: str | None = None,
+        session_id: str | None = None, args_json: str | None = None,
     ) -> tuple[str, float]:
         """`add_request` without building the request model: its id and creation time."""
         rid = new_id("cf")
         now = _now()
         owner = _Owner.token()
-        row = (rid, call_id, tool, canonical_json(args), digest, hint, _dump(payload), kind,
+        text = canonical_json(args) if args_json is None else args_json
+        row = (rid, call_id, tool, text, digest, hint, _dump(payload), kind,
                _dump(details) if details else "{}", now, expires_at, edited_from, session_id)
         with self._tx():
             # The bound on pending requests is checked in the guarded update itself.
@@ -599,7 +603,7 @@ class ApprovalStore:
         reason: str | None = None,
         decided_by: str | None = None,
         channel: str | None = None,
-        decision: dict[str, Any] | None = None,
+        decision: dict[str, Any] | str | None = None,
         call_result: Any = None,
         start: bool = False,
     ) -> None:
@@ -613,10 +617,12 @@ class ApprovalStore:
         same transaction (what `start` does), for a caller that runs the call right
         away: the journal still reads approved → started, and no other process can
         claim the grant in between.
+
+        ``decision`` is the decision as a JSON-able dict, or already as JSON text.
         """
         now = _now()
         owner = _Owner.token()
-        decision_text = _dump(decision)
+        decision_text = decision if isinstance(decision, str) else _dump(decision)
         result_text = _dump(call_result)
         with self._tx():
             # The common case in one guarded statement: a pending, unexpired request.
@@ -958,10 +964,13 @@ def _request_from_row(row: tuple[Any, ...]) -> ConfirmationRequest:
     )
 
 
+_DUMP = json.JSONEncoder(ensure_ascii=False, default=repr)  # = json.dumps(v, these options)
+
+
 def _dump(value: Any) -> str | None:
     if value is None:
         return None
-    return json.dumps(value, ensure_ascii=False, default=repr)
+    return _DUMP.encode(value)
 
 
 class _Transaction:

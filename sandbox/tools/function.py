@@ -20,6 +20,15 @@ ConfirmationPredicate = Callable[..., bool | Awaitable[bool]]
 RequireConfirmation = bool | ConfirmationPredicate
 
 
+class _CheckedArgs(dict[str, Any]):
+    """Arguments `FunctionTool.validate_args` accepted (a copy), with the keyword
+    arguments they converted to: the gate runs the tool without converting again."""
+
+    __slots__ = ("kwargs", "tool")
+    kwargs: dict[str, Any]
+    tool: FunctionTool
+
+
 class FunctionTool(BaseTool):
     """Wrap a function as a tool: schema from its signature, arguments checked by pydantic.
 
@@ -83,8 +92,11 @@ class FunctionTool(BaseTool):
     # -- the gate's hooks ------------------------------------------------------------
 
     def validate_args(self, args: dict[str, Any]) -> dict[str, Any]:
-        self._convert(args)
-        return args
+        kwargs = self._convert(args)
+        checked = _CheckedArgs(args)
+        checked.kwargs = kwargs
+        checked.tool = self
+        return checked
 
     async def confirmation_needed(self, args: dict[str, Any]) -> str | None:
         """Evaluate ``require_confirmation`` for these arguments; return the hint if needed."""
@@ -96,14 +108,19 @@ class FunctionTool(BaseTool):
     # -- running ---------------------------------------------------------------------
 
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
-        try:
-            kwargs = self._convert(args)
-        except ToolArgumentError as exc:
-            return {"error": exc.message}
+        gate_checked = getattr(tool_context, "_gate_checked", False)
+        if gate_checked and type(args) is _CheckedArgs and args.tool is self:
+            # Converted by validate_args for the runner, which has not changed them since.
+            kwargs = dict(args.kwargs)
+        else:
+            try:
+                kwargs = self._convert(args)
+            except ToolArgumentError as exc:
+                return {"error": exc.message}
         confirmation = tool_context.tool_confirmation
         # The runner has already evaluated the gate for this exact call; re-evaluating a
         # predicate here would run user code twice per call.
-        if not getattr(tool_context, "_gate_checked", False):
+        if not gate_checked:
             if confirmation is None and await self._needs_confirmation(kwargs):
                 tool_context.request_confirmation(
                     hint=f"Please approve or reject the tool call {self.name}()."
