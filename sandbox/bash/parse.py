@@ -271,10 +271,20 @@ def _ansi_c(text: str, i: int, out: list[str]) -> int:
     raise _Dynamic  # unterminated
 
 
+# Runs of characters with no meaning inside double quotes / outside any quotes.
+_DQ_RUN = re.compile(r'[^"\\$`]+')
+_UNQUOTED_RUN = re.compile(r"[^\\'\"$`*?\[(){~<>]+")
+
+
 def _double_quoted(text: str, i: int, out: list[str]) -> int:
     """Quote-remove ``"..."`` content starting after the opening quote."""
     n = len(text)
     while i < n:
+        run = _DQ_RUN.match(text, i)
+        if run is not None:
+            out.append(run.group())
+            i = run.end()
+            continue
         ch = text[i]
         if ch == '"':
             return i + 1
@@ -356,6 +366,10 @@ def scan_word(text: str) -> Word:
     assignment = _ASSIGNMENT_WORD.match(text)
     try:
         while i < n:
+            if (run := _UNQUOTED_RUN.match(text, i)) is not None:
+                out.append(run.group())
+                i = run.end()
+                continue
             ch = text[i]
             if ch == "\\":
                 if i + 1 >= n:
@@ -676,10 +690,16 @@ class _Walk:
     def find(self, rule: str, message: str, node: Node, token: str | None = None) -> None:
         self.findings.append(Finding(rule, message, token, self.offset(node.start_byte)))
 
-    def words(self, nodes: list[Node], plain: set[int] | None = None) -> tuple[Word, ...]:
+    def words(self, nodes: list[Node], skip: set[int] | None = None) -> tuple[Word, ...]:
         """Words of ``nodes``; adjacent nodes with no blank between them are one
-        bash word (tree-sitter splits ``$"x"`` and ``a<(b)``). The start offsets
-        of nodes of plain words go to ``plain``: nothing in them needs walking."""
+        bash word (tree-sitter splits ``$"x"`` and ``a<(b)``).
+
+        The start offsets of the nodes of a word bash does not expand go to
+        ``skip``: nothing in them needs walking. Its "$(" and backticks are
+        quoted or escaped, so its span counts as literal text for
+        check_expansions. (Not when the source has control characters: R8 needs
+        to see which of them are inside quotes.)
+        """
         out: list[Word] = []
         group: list[int] = []
         start = end = -1
@@ -690,18 +710,20 @@ class _Walk:
                 group.append(node_start)
                 continue
             if start >= 0:
-                word = scan_word(self.span(start, end))
-                out.append(word)
-                if word.plain and plain is not None:
-                    plain.update(group)
+                out.append(self.word(start, end, group, skip))
             start, end = node_start, node.end_byte
             group = [node_start]
         if start >= 0:
-            word = scan_word(self.span(start, end))
-            out.append(word)
-            if word.plain and plain is not None:
-                plain.update(group)
+            out.append(self.word(start, end, group, skip))
         return tuple(out)
+
+    def word(self, start: int, end: int, group: list[int], skip: set[int] | None) -> Word:
+        word = scan_word(self.span(start, end))
+        if skip is not None and (word.plain or (word.value is not None and not self.controls)):
+            skip.update(group)
+            if not word.plain and self.track_literals:
+                self.literal_ranges.append((start, end))
+        return word
 
     # -- statements ------------------------------------------------------
 
