@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -352,6 +353,18 @@ def test_input_that_parses_too_slowly_is_blocked() -> None:
     # tree-sitter-bash needs seconds to recover from this syntax error.
     decision = BashToolPolicy(max_parse_seconds=0.2).check("a | " * 12000)
     assert decision.rule == "R6" and "longer than 0.2 s to parse" in decision.reason
+
+
+def test_long_command_is_parsed_without_importing_from_the_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The slow-parse guard runs a child Python; a planted module must not load.
+    marker = tmp_path / "planted-module-ran"
+    (tmp_path / "tree_sitter.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert TOOLS.check("echo " + "a " * 3000).allowed
+    assert not marker.exists()
 
 
 def test_lone_surrogate_is_blocked() -> None:

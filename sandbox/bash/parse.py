@@ -36,8 +36,10 @@ import subprocess
 import sys
 import threading
 import unicodedata
+from pathlib import Path
 from typing import NamedTuple, TypeVar
 
+import tree_sitter
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
@@ -1248,9 +1250,20 @@ def _first_error(root: Node) -> Node:
 # Above this size a command is first parsed in a child process with a deadline.
 GUARDED_PARSE_ABOVE = 4096
 _GUARD_CODE = (
-    "import sys, tree_sitter as t, tree_sitter_bash as b\n"
+    "import sys\n"
+    "sys.path[:0] = sys.argv[1:]\n"
+    "import tree_sitter as t, tree_sitter_bash as b\n"
     "t.Parser(t.Language(b.language())).parse(sys.stdin.buffer.read())\n"
     "sys.stdout.write('parsed')\n"
+)
+# Where this process found tree-sitter: the child imports it from there and from
+# nowhere else (no current directory, no PYTHONPATH, no site hooks).
+_GUARD_PATHS = sorted(
+    {
+        str(Path(module.__file__).resolve().parent.parent)
+        for module in (tree_sitter, tree_sitter_bash)
+        if module.__file__
+    }
 )
 
 
@@ -1263,17 +1276,22 @@ def _parses_in_time(data: bytes, seconds: float) -> bool | None:
     progress callback, so it cannot be interrupted in this process. The child
     is killed at the deadline and always reaped before this returns.
     """
+    # -I -S and cwd="/": the child must not import anything the agent could
+    # have written (a tree_sitter.py in the workspace would run outside the
+    # sandbox).
     try:
         result = subprocess.run(
-            [sys.executable, "-c", _GUARD_CODE],
+            [sys.executable, "-I", "-S", "-c", _GUARD_CODE, *_GUARD_PATHS],
             input=data,
             capture_output=True,
             timeout=seconds,
             check=False,
+            cwd="/",
+            env={},
         )
     except subprocess.TimeoutExpired:
         return False
-    except OSError:
+    except (OSError, ValueError, TypeError):  # no usable interpreter (embedded Python)
         return None
     return True if result.stdout == b"parsed" else None
 
