@@ -246,6 +246,11 @@ def test_quoted_prefix_entry_is_split_like_bash() -> None:
     assert not allowed(policy, "echo a b")
 
 
+def test_reason_lists_the_allowed_forms_of_a_known_program() -> None:
+    reason = P1.check("python3 -m http.server").reason
+    assert "'python3' is allowed only as 'python3 -c'" in reason
+
+
 def test_near_miss_reason_names_the_prefix_and_the_word() -> None:
     reason = P1.check("lsblk").reason
     assert "'ls'" in reason and "'lsblk'" in reason and "Allowed prefixes" in reason

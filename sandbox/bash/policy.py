@@ -820,6 +820,15 @@ class BashToolPolicy:
                 text,
                 word,
             )
+        same_program = prefixes.by_first.get(name, ())
+        if same_program:
+            listed = ", ".join(repr(" ".join(p)) for p in same_program[:10])
+            return _Blocked(
+                "R2",
+                f"{_q(text)} is not allowed: {name!r} is allowed only as {listed}.",
+                text,
+                " ".join(w.shown for w in cmd.words[:2]),
+            )
         return _Blocked(
             "R2",
             f"{_q(text)} is not allowed: no allowed prefix matches {_q(name)}. {hint}",
