@@ -1,26 +1,34 @@
-"""What the approval gate costs: one table, every variant measured in the same run.
+"""What the approval gate costs: one table, every variant and store backend in the same run.
 
-    .venv/bin/python bench/gate.py [--iterations 20000] [--deferred 2000] [--rounds 10]
+    .venv/bin/python bench/gate.py [--iterations 20000] [--file-iterations 2000]
+                                   [--deferred 2000] [--rounds 10]
 
-Variants, each timed call by call (median and p90, in µs):
+Baselines, timed call by call: a direct call of the function (async, and sync), and
+``anyio.to_thread.run_sync`` of the sync function (the worker-thread hop that keeps a sync
+tool off the event loop, by itself).
 
-- a direct call of the function (async, and sync) — the baseline;
-- ``anyio.to_thread.run_sync`` of the sync function: the worker-thread hop that keeps a
-  sync tool off the event loop, by itself;
-- ``ToolRunner.call`` on a tool without confirmation, and with
-  ``require_confirmation=True`` answered by ``AutoApprove`` (async function; sync
-  function, which includes the worker-thread hop and is reported separately) — an
-  in-memory store, audit off: the gate's own work per call;
-- a deferred call plus ``resume`` on a file-backed store (WAL, in a temporary directory):
-  the round trip a human answer costs, SQLite commits included.
+Then, for each store backend side by side — ``memory`` (`MemoryApprovalStore`: what
+`ToolRunner` uses without a store), ``SQLite :memory:`` (``ApprovalStore(":memory:")``)
+and ``SQLite file`` (``ApprovalStore(path)``: WAL, in a temporary directory) — with the
+audit trail off:
+
+- ``ToolRunner.call`` on a tool without confirmation;
+- ``ToolRunner.call`` with ``require_confirmation=True`` answered by ``AutoApprove``, for
+  an async function, and for a sync one (which includes the worker-thread hop);
+- a deferred call plus ``resume``: the round trip a human answer costs.
 
 Samples are taken in interleaved rounds so that machine noise hits every variant alike.
-"added" is the variant's median minus its direct-call baseline's median.
+"added" is a variant's median minus its direct-call baseline's median. Goals (issue 2):
+≤ 30 µs added per gated call in process (the AutoApprove async row; it is the memory
+backend that a runner without a store uses), ≤ 2 ms per deferred round trip.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import platform
+import sqlite3
 import statistics
 import tempfile
 import time
@@ -31,10 +39,33 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from sandbox import AutoApprove, FunctionTool, ToolConfirmation, ToolRunner
+from sandbox import (
+    ApprovalStore,
+    AutoApprove,
+    FunctionTool,
+    MemoryApprovalStore,
+    ToolConfirmation,
+    ToolRunner,
+)
 
 GOAL_GATED_US = 30.0
 GOAL_DEFERRED_US = 2000.0
+
+BACKENDS = ("memory", "SQLite :memory:", "SQLite file")
+GATED = "ToolRunner.call, AutoApprove, async fn"
+DEFERRED = "deferred call + resume"
+RUNNER_ROWS = (
+    "ToolRunner.call, no confirmation, async fn",
+    GATED,
+    "ToolRunner.call, AutoApprove, sync fn (+hop)",
+    DEFERRED,
+)
+BASELINE_OF = {
+    "ToolRunner.call, no confirmation, async fn": "direct call, async fn",
+    GATED: "direct call, async fn",
+    "ToolRunner.call, AutoApprove, sync fn (+hop)": "direct call, sync fn",
+    "anyio.to_thread hop, sync fn": "direct call, sync fn",
+}
 
 
 async def tool_async(n: int) -> dict[str, Any]:
@@ -48,21 +79,15 @@ def tool_sync(n: int) -> dict[str, Any]:
 Step = Callable[[int], Awaitable[object]]
 
 
-def variants(store_dir: Path) -> dict[str, Step]:
-    gated = ToolRunner(
-        [
-            FunctionTool(tool_async, name="gated_async", require_confirmation=True),
-            FunctionTool(tool_sync, name="gated_sync", require_confirmation=True),
-            FunctionTool(tool_async, name="plain_async"),
-        ],
-        provider=AutoApprove(),
-    )
-    deferred = ToolRunner(
-        [FunctionTool(tool_async, name="gated_async", require_confirmation=True)],
-        store_path=str(store_dir / "approvals.db"),
-    )
-    approve = ToolConfirmation(confirmed=True)
+def open_store(backend: str, directory: Path, name: str) -> ApprovalStore:
+    if backend == "memory":
+        return MemoryApprovalStore()
+    if backend == "SQLite :memory:":
+        return ApprovalStore(":memory:")
+    return ApprovalStore(directory / f"{name}.db")
 
+
+def baselines() -> dict[str, Step]:
     async def direct_async(i: int) -> object:
         return await tool_async(n=i)
 
@@ -72,45 +97,50 @@ def variants(store_dir: Path) -> dict[str, Step]:
     async def thread_hop(i: int) -> object:
         return await anyio.to_thread.run_sync(lambda: tool_sync(n=i))
 
-    async def runner_plain(i: int) -> object:
+    return {
+        "direct call, async fn": direct_async,
+        "direct call, sync fn": direct_sync,
+        "anyio.to_thread hop, sync fn": thread_hop,
+    }
+
+
+def runner_steps(backend: str, directory: Path) -> dict[str, Step]:
+    tag = backend.replace(" ", "-").replace(":", "")
+    gated = ToolRunner(
+        [
+            FunctionTool(tool_async, name="gated_async", require_confirmation=True),
+            FunctionTool(tool_sync, name="gated_sync", require_confirmation=True),
+            FunctionTool(tool_async, name="plain_async"),
+        ],
+        provider=AutoApprove(),
+        store=open_store(backend, directory, f"gated-{tag}"),
+    )
+    deferred = ToolRunner(
+        [FunctionTool(tool_async, name="gated_async", require_confirmation=True)],
+        store=open_store(backend, directory, f"deferred-{tag}"),
+    )
+    approve = ToolConfirmation(confirmed=True)
+
+    async def plain(i: int) -> object:
         return await gated.call("plain_async", {"n": i})
 
-    async def runner_gated_async(i: int) -> object:
+    async def gated_async(i: int) -> object:
         return await gated.call("gated_async", {"n": i})
 
-    async def runner_gated_sync(i: int) -> object:
+    async def gated_sync(i: int) -> object:
         return await gated.call("gated_sync", {"n": i})
 
-    async def deferred_round_trip(i: int) -> object:
+    async def round_trip(i: int) -> object:
         parked = await deferred.call("gated_async", {"n": i})
         result = await deferred.resume(parked["confirmation_id"], approve)
         assert result == {"n": i}, result
         return result
 
-    return {
-        "direct call, async fn": direct_async,
-        "direct call, sync fn": direct_sync,
-        "anyio.to_thread hop, sync fn": thread_hop,
-        "ToolRunner.call, no confirmation, async fn": runner_plain,
-        "ToolRunner.call, AutoApprove, async fn": runner_gated_async,
-        "ToolRunner.call, AutoApprove, sync fn (+hop)": runner_gated_sync,
-        "deferred call + resume, SQLite file": deferred_round_trip,
-    }
+    steps = (plain, gated_async, gated_sync, round_trip)
+    return {f"{row} | {backend}": step for row, step in zip(RUNNER_ROWS, steps, strict=True)}
 
 
-BASELINE = {
-    "ToolRunner.call, no confirmation, async fn": "direct call, async fn",
-    "ToolRunner.call, AutoApprove, async fn": "direct call, async fn",
-    "ToolRunner.call, AutoApprove, sync fn (+hop)": "direct call, sync fn",
-    "anyio.to_thread hop, sync fn": "direct call, sync fn",
-}
-GOALS = {
-    "ToolRunner.call, AutoApprove, async fn": ("added", GOAL_GATED_US),
-    "deferred call + resume, SQLite file": ("median", GOAL_DEFERRED_US),
-}
-
-
-async def measure(steps: dict[str, Step], iterations: int, deferred: int,
+async def measure(steps: dict[str, Step], counts: dict[str, int],
                   rounds: int) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {name: [] for name in steps}
     counter = 0
@@ -121,9 +151,8 @@ async def measure(steps: dict[str, Step], iterations: int, deferred: int,
     clock = time.perf_counter_ns
     for _ in range(rounds):
         for name, step in steps.items():
-            n = (deferred if name.startswith("deferred") else iterations) // rounds
             out = samples[name]
-            for _ in range(n):
+            for _ in range(max(1, counts[name] // rounds)):
                 counter += 1
                 t0 = clock()
                 await step(counter)
@@ -132,41 +161,80 @@ async def measure(steps: dict[str, Step], iterations: int, deferred: int,
 
 
 def p90(values: list[float]) -> float:
-    return statistics.quantiles(values, n=10)[-1]
+    return statistics.quantiles(values, n=10)[-1] if len(values) > 1 else values[0]
 
 
-def report(samples: dict[str, list[float]]) -> None:
+def verdict(value: float, limit: float) -> str:
+    return "PASS" if value <= limit else "MISS"
+
+
+def report(samples: dict[str, list[float]], load: tuple[float, float, float]) -> None:
     medians = {name: statistics.median(v) for name, v in samples.items()}
-    header = f"{'variant':<46} {'n':>6} {'median µs':>10} {'p90 µs':>9} {'added µs':>9}  goal"
+
+    def added(name: str, row: str) -> float | None:
+        base = BASELINE_OF.get(row)
+        return medians[name] - medians[base] if base else None
+
+    print(f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
+          f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
+          "(before the run)")
+    print("µs per call: median, p90, and added = median minus the direct-call median\n")
+    header = f"{'baseline':<46} {'n':>6} {'median':>8} {'p90':>8} {'added':>8}"
     print(header)
     print("-" * len(header))
-    for name, values in samples.items():
-        base = BASELINE.get(name)
-        added = medians[name] - medians[base] if base else None
-        goal = ""
-        if name in GOALS:
-            what, limit = GOALS[name]
-            value = added if what == "added" else medians[name]
-            assert value is not None
-            verdict = "PASS" if value <= limit else "MISS"
-            goal = f"{what} ≤ {limit:g} µs: {verdict}"
-        added_text = f"{added:9.1f}" if added is not None else f"{'':9}"
-        print(f"{name:<46} {len(values):>6} {medians[name]:10.1f} {p90(values):9.1f} "
-              f"{added_text}  {goal}")
+    for name in baselines():
+        extra = added(name, name)
+        print(f"{name:<46} {len(samples[name]):>6} {medians[name]:8.1f} "
+              f"{p90(samples[name]):8.1f} {'' if extra is None else f'{extra:8.1f}'}")
+    print()
+    cell = 26
+    header = f"{'variant':<46}" + "".join(f" {b:>{cell}}" for b in BACKENDS)
+    sub = f"{'':<46}" + f" {'median    p90   added':>{cell}}" * len(BACKENDS)
+    print(header)
+    print(sub)
+    print("-" * len(header))
+    for row in RUNNER_ROWS:
+        cells = []
+        for backend in BACKENDS:
+            name = f"{row} | {backend}"
+            extra = added(name, row)
+            cells.append(f"{medians[name]:8.1f} {p90(samples[name]):7.1f} "
+                         f"{'' if extra is None else f'{extra:7.1f}':>7}")
+        print(f"{row:<46}" + "".join(f" {c:>{cell}}" for c in cells))
+    print()
+    print("goals")
+    for backend in BACKENDS:
+        gated = added(f"{GATED} | {backend}", GATED)
+        assert gated is not None
+        trip = medians[f"{DEFERRED} | {backend}"]
+        note = "  ← a ToolRunner without a store" if backend == "memory" else ""
+        print(f"  {backend:<16} gated call added {gated:7.1f} µs ≤ {GOAL_GATED_US:g}: "
+              f"{verdict(gated, GOAL_GATED_US)}   deferred round trip {trip:7.1f} µs ≤ "
+              f"{GOAL_DEFERRED_US:g}: {verdict(trip, GOAL_DEFERRED_US)}{note}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--iterations", type=int, default=20_000,
                         help="calls per in-process variant (default 20000)")
+    parser.add_argument("--file-iterations", type=int, default=2_000,
+                        help="calls per SQLite-file variant (default 2000)")
     parser.add_argument("--deferred", type=int, default=2_000,
-                        help="deferred round trips (default 2000)")
+                        help="deferred round trips per backend (default 2000)")
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds")
     args = parser.parse_args()
+    load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="sandbox-bench-") as tmp:
-        steps = variants(Path(tmp))
-        samples = anyio.run(measure, steps, args.iterations, args.deferred, args.rounds)
-    report(samples)
+        steps = baselines()
+        counts = {name: args.iterations for name in steps}
+        for backend in BACKENDS:
+            for name, step in runner_steps(backend, Path(tmp)).items():
+                steps[name] = step
+                counts[name] = (args.deferred if name.startswith(DEFERRED)
+                                else args.file_iterations if backend == "SQLite file"
+                                else args.iterations)
+        samples = anyio.run(measure, steps, counts, args.rounds)
+    report(samples, load)
 
 
 if __name__ == "__main__":
