@@ -127,7 +127,8 @@ class MemoryApprovalStore(ApprovalStore):
     `threading.Lock`, which makes each check-and-change atomic for every thread of the
     process. ``max_history`` (default 100,000) bounds the finished calls kept to answer
     repeated call ids; ``max_pending`` bounds the requests waiting for an answer.
-    ``ApprovalStore()`` without a path returns one of these.
+    ``ApprovalStore()`` without a path returns one of these. ``busy_timeout`` is accepted
+    (the signature is `ApprovalStore`'s) and unused: nothing here waits on another process.
     """
 
     def __init__(
@@ -162,6 +163,7 @@ class MemoryApprovalStore(ApprovalStore):
         self._pending: dict[str, _Request] = {}
         self._answers: dict[str, tuple[str, str | None, str | None, float]] = {}
         self._rules: dict[str, list[Any]] = {}
+        self._rules_by_tool: dict[str, list[list[Any]]] = {}  # the same row lists, per tool
 
     def __repr__(self) -> str:
         return f"MemoryApprovalStore(calls={len(self._calls)}, pending={len(self._pending)})"
@@ -590,18 +592,20 @@ class MemoryApprovalStore(ApprovalStore):
         with self._lock:
             self._check_open()
             for row in rows:
-                self._rules[row[0]] = list(row)
+                stored = list(row)
+                self._rules[row[0]] = stored
+                self._rules_by_tool.setdefault(row[1], []).append(stored)
 
     def _rules_active(self, tool: str, now: float,
                       session_id: str | None) -> list[tuple[Any, ...]]:
         with self._lock:
             self._check_open()
-            if not self._rules:
+            rows = self._rules_by_tool.get(tool)
+            if not rows:
                 return []
             session = session_id or ""
-            found = [r for r in self._rules.values()
-                     if r[1] == tool and r[14] is None and r[10] > now
-                     and (r[7] == "always" or r[8] == session)]
+            found = [r for r in rows
+                     if r[14] is None and r[10] > now and (r[7] == "always" or r[8] == session)]
             found.sort(key=lambda r: r[9])
             return [tuple(r) for r in found]
 
