@@ -719,6 +719,14 @@ def test_policy_is_frozen_and_hashable() -> None:
     assert hash(policy) == hash(BashToolPolicy(allowed_command_prefixes=("ls",)))
 
 
+def test_policy_survives_pickle_and_deepcopy() -> None:
+    import copy
+    import pickle
+
+    for clone in (pickle.loads(pickle.dumps(P1)), copy.deepcopy(P1)):
+        assert clone == P1 and not clone.check("ls; id").allowed and clone.check("ls").allowed
+
+
 def test_replace_builds_a_checked_policy() -> None:
     policy = dataclasses.replace(P1, allowed_command_prefixes=("id",))
     assert policy.check("id").allowed and not policy.check("ls").allowed

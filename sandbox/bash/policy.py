@@ -594,6 +594,13 @@ class BashToolPolicy:
         set_(self, "_env_rules", tuple(r for r in rules if r.env is not None))
         set_(self, "_redirect_rules", tuple(r for r in rules if r.redirect is not None))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuild from the fields (pickle, copy): the compiled matchers and the
+        # read-only env mapping are derived, and mappingproxy does not pickle.
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["env"] = dict(self.env)
+        return (_rebuild_policy, (type(self), values))
+
     def __hash__(self) -> int:
         values = [getattr(self, f.name) for f in fields(self)]
         values[[f.name for f in fields(self)].index("env")] = tuple(sorted(self.env.items()))
@@ -962,6 +969,10 @@ class BashToolPolicy:
         except UnicodeDecodeError as exc:
             raise PolicyFileError(f"{file}: the policy file is not UTF-8 ({exc})") from None
         return cls.from_toml_string(text, source=str(file))
+
+
+def _rebuild_policy(cls: type[BashToolPolicy], values: dict[str, Any]) -> BashToolPolicy:
+    return cls(**values)
 
 
 # -- policy files -------------------------------------------------------------------
