@@ -8,15 +8,22 @@ never approve) a command that would not be allowed to run.
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 from typing import Any
+
+import anyio.to_thread
 
 from ..errors import ConfigurationError
 from ..tools.base import BaseTool, ToolArgumentError
 from ..tools.context import ToolContext
 from .parse import escape_controls
-from .policy import BashToolPolicy
+from .policy import BashToolPolicy, PolicyDecision
+
+# Commands longer than this may take tens of milliseconds to check (the policy parses
+# them in a guarded child process): keep that off the event loop.
+_CHECK_IN_THREAD_BYTES = 4096
 from .process import Limits, _unprivileged_identity, run_bash
 
 
@@ -71,6 +78,9 @@ class ExecuteBashTool(BaseTool):
         self.policy = policy
         self._identity: tuple[int, int] = (os.geteuid(), os.getegid())
         self._drop = self._decide_privileges(policy.drop_privileges)
+        # One call asks the policy up to four times (refusal, confirmation, what the human
+        # sees, rule matching); the decision depends only on the command text.
+        self._decide = functools.lru_cache(maxsize=256)(policy.check)
         self._limits = Limits(
             max_memory_bytes=policy.max_memory_bytes,
             max_file_size_bytes=policy.max_file_size_bytes,
@@ -124,8 +134,13 @@ class ExecuteBashTool(BaseTool):
             )
         return args
 
+    async def _check(self, command: str) -> PolicyDecision:
+        if len(command) > _CHECK_IN_THREAD_BYTES:
+            return await anyio.to_thread.run_sync(self._decide, command)
+        return self._decide(command)
+
     async def precheck(self, args: dict[str, Any]) -> dict[str, Any] | None:
-        decision = self.policy.check(args["command"])
+        decision = await self._check(args["command"])
         if decision.allowed:
             return None
         return {"error": f"Command blocked: {decision.reason}", "rule": decision.rule,
@@ -134,12 +149,16 @@ class ExecuteBashTool(BaseTool):
 
     async def confirmation_needed(self, args: dict[str, Any]) -> str | None:
         command = args["command"]
-        if not self.policy.needs_confirmation(command):
+        if len(command) > _CHECK_IN_THREAD_BYTES:
+            needed = await anyio.to_thread.run_sync(self.policy.needs_confirmation, command)
+        else:
+            needed = self.policy.needs_confirmation(command)
+        if not needed:
             return None
         return f"Please approve or reject the bash command: {escape_controls(command)}"
 
     def describe(self, args: dict[str, Any]) -> dict[str, Any]:
-        decision = self.policy.check(args["command"])
+        decision = self._decide(args["command"])
         return {
             "policy": {"allowed": decision.allowed, "reason": decision.reason,
                        "rule": decision.rule},
@@ -148,7 +167,7 @@ class ExecuteBashTool(BaseTool):
         }
 
     def rule_subjects(self, args: dict[str, Any]) -> tuple[tuple[str, ...], ...] | None:
-        decision = self.policy.check(args.get("command", ""))
+        decision = self._decide(args.get("command", ""))
         return decision.commands if decision.allowed else ()
 
     # -- running ---------------------------------------------------------------------
