@@ -21,10 +21,11 @@ from ..tools.context import ToolContext
 from .parse import escape_controls
 from .policy import BashToolPolicy, PolicyDecision
 
+from .process import Limits, _unprivileged_identity, run_bash
+
 # Commands longer than this may take tens of milliseconds to check (the policy parses
 # them in a guarded child process): keep that off the event loop.
 _CHECK_IN_THREAD_BYTES = 4096
-from .process import Limits, _unprivileged_identity, run_bash
 
 
 class ExecuteBashTool(BaseTool):
