@@ -20,7 +20,6 @@ from ..tools.base import BaseTool, ToolArgumentError
 from ..tools.context import ToolContext
 from .parse import escape_controls
 from .policy import BashToolPolicy, PolicyDecision
-
 from .process import Limits, _unprivileged_identity, run_bash
 
 # Commands longer than this may take tens of milliseconds to check (the policy parses
