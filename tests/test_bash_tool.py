@@ -200,3 +200,13 @@ async def test_through_the_runner_with_auto_approve(tmp_path: Path) -> None:
     assert result["stdout"] == "hi\n"
     replay = await runner.call("execute_bash", {"command": "echo hi"}, call_id="x1")
     assert replay["replayed"] is True
+
+
+@pytest.mark.parametrize("via", ["preexec_fn", "prologue"])
+async def test_limits_apply_whichever_way_they_are_set(tmp_path: Path, via: str) -> None:
+    t = tool(tmp_path, max_memory_bytes=256 << 20, max_file_size_bytes=1 << 20, rlimits_via=via)
+    result = await t.run_async(args={"command": "ulimit -v; ulimit -f; head -c 2000000 /dev/zero > big; wc -c < big"},
+                               tool_context=ctx())
+    lines = result["stdout"].split()
+    assert lines[:2] == [str(256 << 10), "1024"]
+    assert int(lines[2]) <= 1 << 20

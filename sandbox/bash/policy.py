@@ -485,6 +485,7 @@ class BashToolPolicy:
     env: Mapping[str, str] = field(default_factory=lambda: DEFAULT_ENV)
     inherit_env: tuple[str, ...] = ()
     drop_privileges: bool | None = None
+    rlimits_via: str = "preexec_fn"
     no_confirmation_prefixes: tuple[str, ...] = ()
     hardening: tuple[HardeningRule, ...] = DEFAULT_HARDENING
 
@@ -559,6 +560,12 @@ class BashToolPolicy:
                     "such as 'TERM'."
                 )
         set_(self, "inherit_env", inherit)
+        if self.rlimits_via not in ("preexec_fn", "prologue"):
+            raise ConfigurationError(
+                f"rlimits_via={self.rlimits_via!r} is invalid: use 'preexec_fn' (set in the "
+                "forked child before exec, as ADK does) or 'prologue' (bash's builtin ulimit "
+                "before the command; keeps CPython's vfork fast path)."
+            )
         if self.drop_privileges is not None and not isinstance(self.drop_privileges, bool):
             raise ConfigurationError(
                 f"drop_privileges={self.drop_privileges!r} is invalid: use True, False, or "
@@ -1048,6 +1055,13 @@ def _from_mapping(
                     '[env]\nPATH = "/usr/bin:/bin".'
                 )
             kwargs[key] = dict(value)
+        elif key == "rlimits_via":
+            if value not in ("preexec_fn", "prologue"):
+                raise PolicyFileError(
+                    f'{source}: rlimits_via = {value!r} is invalid: write "preexec_fn" or '
+                    '"prologue".'
+                )
+            kwargs[key] = value
         elif key == "drop_privileges":
             if value == "auto":
                 kwargs[key] = None

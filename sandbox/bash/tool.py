@@ -206,7 +206,7 @@ class ExecuteBashTool(BaseTool):
                 limits=self._limits,
                 max_output_bytes=self.policy.max_output_bytes,
                 drop_privileges=self._drop,
-                rlimits_via=getattr(self.policy, "rlimits_via", "preexec_fn"),
+                rlimits_via=self.policy.rlimits_via,
             )
         except (ConfigurationError, OSError) as exc:
             return {"error": f"Execution failed: {exc}", "stdout": "", "stderr": "",
