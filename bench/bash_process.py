@@ -66,10 +66,10 @@ async def _table(rounds: int, workspace: Path) -> None:
 
     # The blocking baselines: what a spawn costs with no event loop involved at all.
     async def plain() -> object:
-        return subprocess.run([bash, "-c", "true"], check=False)  # noqa: ASYNC221
+        return subprocess.run([bash, "-c", "true"], check=False)
 
     async def plain_preexec() -> object:
-        return subprocess.run(  # noqa: ASYNC221
+        return subprocess.run(
             [bash, "-c", "true"], preexec_fn=_preexec, check=False
         )
 
