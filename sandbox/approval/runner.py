@@ -369,41 +369,28 @@ class ToolRunner:
         if subjects is not None:
             details = {**details, "rule_subjects": [list(argv) for argv in subjects]}
         name = tool.name
-        if args_json is None:
-            args_json = canonical_json(args)
+        text = canonical_json(args) if args_json is None else args_json
         try:
-            # The request model is built only if a provider, a rule or the audit needs it.
             if self._offload:
-                rid, created = await self._db(
-                    self.store._add_request, call_id=call_id, tool=name, args=args,
-                    digest=digest, hint=hint, payload=payload, kind=kind, expires_at=expires,
-                    details=details, edited_from=edited_from, session_id=self.session_id,
-                    args_json=args_json)
+                rid, created, rules = await self._db(
+                    self._park, call_id, name, args, text, digest, hint, payload, kind,
+                    expires, details, edited_from, subjects)
             else:
-                rid, created = self.store._add_request(
-                    call_id=call_id, tool=name, args=args, digest=digest, hint=hint,
-                    payload=payload, kind=kind, expires_at=expires, details=details,
-                    edited_from=edited_from, session_id=self.session_id, args_json=args_json)
+                rid, created, rules = self._park(
+                    call_id, name, args, text, digest, hint, payload, kind, expires, details,
+                    edited_from, subjects)
         except ConfirmationStateError as exc:
             return await self._end(tool, call_id, digest, "error",
                                    {"status": "error", "error": str(exc)}, event="tool.failed")
-        req = _Asked(rid, created, call_id, name, args, args_json, digest, hint, payload, kind,
+        req = _Asked(rid, created, call_id, name, args, text, digest, hint, payload, kind,
                      expires, details, edited_from, self.session_id)
         if self.audit.enabled:
             self.audit.emit("tool.requested", tool=name, call_id=call_id, digest=digest,
                             args=args, confirmation_id=rid, hint=hint, kind=kind,
                             details=details or None)
-        if kind != "tool":  # a tool asking from inside wants a human's payload, not a rule
-            if self._offload:
-                rules = await self._db(self.rules.match, tool.name, args, subjects=subjects,
-                                       session_id=self.rule_session)
-            else:
-                rules = self.rules.match(tool.name, args, subjects=subjects,
-                                         session_id=self.rule_session)
-            if rules:
-                by_rule = Decision.approve(decided_by=",".join(r.id for r in rules),
-                                           channel="rule")
-                return await self._apply(tool, req, by_rule, round_=round_)
+        if rules:
+            by_rule = Decision.approve(decided_by=",".join(r.id for r in rules), channel="rule")
+            return await self._apply(tool, req, by_rule, round_=round_)
         if self.provider is None:
             return _awaiting(req)
         fixed = fixed_answer(self.provider)
@@ -419,6 +406,23 @@ class ToolRunner:
                             channel=self.provider.name)
             return {**_awaiting(req), "message": answer.message}
         return await self._apply(tool, req, answer, round_=round_)
+
+    def _park(self, call_id: str, name: str, args: dict[str, Any], args_json: str,
+              digest: str, hint: str, payload: Any, kind: str, expires: float | None,
+              details: dict[str, Any] | None, edited_from: str | None,
+              subjects: tuple[tuple[str, ...], ...] | None,
+              ) -> tuple[str, float, list[Rule] | None]:
+        """Park a request, then look for rules that approve it: one trip to the store (one
+        worker-thread hop for a file). No request model is built here: only a provider, a
+        rule or the audit needs one."""
+        rid, created = self.store._add_request(
+            call_id=call_id, tool=name, args=args, digest=digest, hint=hint, payload=payload,
+            kind=kind, expires_at=expires, details=details, edited_from=edited_from,
+            session_id=self.session_id, args_json=args_json)
+        # A tool asking from inside wants a human's payload, not a rule.
+        rules = None if kind == "tool" else self.rules.match(
+            name, args, subjects=subjects, session_id=self.rule_session)
+        return rid, created, rules
 
     async def _consult(self, provider: ConfirmationProvider,
                        req: _Request) -> Decision | _Failure:
