@@ -655,6 +655,34 @@ class BashToolPolicy:
                 return True
         return any(isinstance(self._allowlist(c, no_confirm), _Blocked) for c in script.commands)
 
+    def rule_subjects(self, command: str) -> tuple[tuple[str, ...], ...]:
+        """The simple commands a remembered rule must cover for ``command`` to be
+        approved by rules, or ``()`` when no rule may approve it: a blocked command, a
+        function definition, a heredoc, or a redirection other than a descriptor
+        duplication or ``/dev/null``. A rule covers argv words; a redirection is not a
+        word, so ``echo hi > setup.py`` or ``cat < secret`` would otherwise pass as the
+        ``echo hi`` or ``cat`` a human approved."""
+        try:
+            decision, script = self._decide(command)
+        except Exception:
+            return ()
+        if not decision.allowed or script is None or script.functions:
+            return ()
+        if any(op.kind == "heredoc" for op in script.operators):
+            return ()
+        for redirect in script.redirects:
+            target = redirect.target
+            value = None if target is None else target.value
+            if redirect.operator in (">&", "<&") and value is not None and (
+                    value.isdigit() or value == "-"):
+                continue  # 2>&1, >&2: a descriptor, not a file
+            if redirect.operator in ("<&-", ">&-"):
+                continue
+            if value == "/dev/null" and redirect.operator != "<<<":
+                continue
+            return ()
+        return decision.commands
+
     def _decide(self, command: object) -> tuple[PolicyDecision, ParsedScript | None]:
         if not isinstance(command, str):
             return PolicyDecision(

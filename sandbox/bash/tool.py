@@ -167,8 +167,10 @@ class ExecuteBashTool(BaseTool):
         }
 
     def rule_subjects(self, args: dict[str, Any]) -> tuple[tuple[str, ...], ...] | None:
-        decision = self._decide(args.get("command", ""))
-        return decision.commands if decision.allowed else ()
+        command = args.get("command", "")
+        if not self._decide(command).allowed:
+            return ()
+        return self.policy.rule_subjects(command)
 
     # -- running ---------------------------------------------------------------------
 
