@@ -131,6 +131,14 @@ async def _part_bash(root: Path) -> None:
     result = await runner.call("execute_bash", {"command": "ls -1 | wc -l"})
     _show("run 'ls -1 | wc -l'", {k: result.get(k) for k in ("stdout", "returncode",
                                                                "timed_out", "duration_ms")})
+    escape = ExecuteBashTool(workspace=root, policy=BashToolPolicy(
+        allowed_command_prefixes=("setsid", "sleep", "echo"), timeout_seconds=1))
+    runner = ToolRunner(tools=[escape], provider=AutoApprove())
+    result = await runner.call("execute_bash",
+                               {"command": "setsid sleep 300 & echo detached; sleep 300"})
+    _show("an escape ('setsid sleep 300 &', then a 1 s timeout)",
+          {k: result.get(k) for k in ("stdout", "timed_out", "duration_ms", "containment",
+                                      "killed_processes", "error")})
 
 
 async def run_demo() -> int:
