@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from sandbox import (
+    AutoDeny,
     BashToolPolicy,
     CallbackConfirmationProvider,
     Decision,
@@ -63,3 +64,46 @@ async def test_exact_rule_does_not_approve_the_command_reading_a_redirected_file
     second = await runner.call("execute_bash", {"command": "cat < secret"})
     assert second["status"] == "denied"
     assert "s3cret" not in str(second)
+
+
+def _two_sessions(tmp_path: Path) -> tuple[ToolRunner, ToolRunner, Path, Path]:
+    alice_ws, bob_ws = tmp_path / "alice", tmp_path / "bob"
+    alice_ws.mkdir()
+    bob_ws.mkdir()
+    db = str(tmp_path / "approvals.db")
+    policy = BashToolPolicy(allowed_command_prefixes=("touch",))
+    alice = ToolRunner([ExecuteBashTool(workspace=alice_ws, policy=policy)], store_path=db,
+                       session_id="alice")
+    bob = ToolRunner([ExecuteBashTool(workspace=bob_ws, policy=policy)], store_path=db,
+                     session_id="bob", provider=AutoDeny("bob's human says no"))
+    return alice, bob, alice_ws, bob_ws
+
+
+async def test_another_session_cannot_apply_a_request_in_its_own_workspace(
+        tmp_path: Path) -> None:
+    """Alice's request (shown with Alice's workspace) must not run in Bob's runner."""
+    alice, bob, alice_ws, bob_ws = _two_sessions(tmp_path)
+    parked = await alice.call("execute_bash", {"command": "touch x"})
+    result = await bob.resume(parked["confirmation_id"], Decision.approve())
+    assert result["status"] == "rejected"
+    assert list(bob_ws.iterdir()) == []
+    # The request is still Alice's to answer, and runs where it was shown.
+    done = await alice.resume(parked["confirmation_id"], Decision.approve())
+    assert done["returncode"] == 0
+    assert (alice_ws / "x").exists() and not (bob_ws / "x").exists()
+
+
+async def test_session_rule_belongs_to_the_session_that_asked(tmp_path: Path) -> None:
+    """Approving Alice's request 'for this session' from a runner without a session id
+    (a process draining answers) makes a rule for Alice's session, not for the drainer's."""
+    alice, bob, alice_ws, bob_ws = _two_sessions(tmp_path)
+    parked = await alice.call("execute_bash", {"command": "touch x"})
+    drainer = ToolRunner([ExecuteBashTool(workspace=alice_ws, policy=BashToolPolicy(
+        allowed_command_prefixes=("touch",)))], store_path=str(tmp_path / "approvals.db"))
+    await drainer.resume(parked["confirmation_id"], Decision.approve(scope="session"))
+    assert [r.session_id for r in drainer.rules.rules()] == ["alice"]
+    again = await alice.call("execute_bash", {"command": "touch x"})
+    assert again["returncode"] == 0
+    denied = await bob.call("execute_bash", {"command": "touch x"})
+    assert denied["status"] == "denied"
+    assert not (bob_ws / "x").exists()

@@ -242,6 +242,15 @@ class ToolRunner:
         """
         req, rounds = await self._db(self._request_and_rounds, confirmation_id)
         tool = self._tool(req.tool)
+        if not self._same_session(req):
+            # Another session's request was shown with that session's facts (its
+            # workspace, its policy); it runs only in a runner of that session.
+            message = (f"confirmation {confirmation_id} belongs to session {req.session_id!r}, "
+                       f"not this runner's {self.session_id!r}; nothing was run. Apply it "
+                       "from a runner of that session")
+            self.audit.emit("tool.rejected", tool=req.tool, call_id=req.call_id,
+                            digest=req.digest, confirmation_id=req.id, reason=message)
+            return {"status": "rejected", "error": message, "call_id": req.call_id}
         if req.status == "timed_out" or (req.status == "pending" and _expired(req)):
             # Whatever the answer, an expired request is recorded and reported as timed out.
             return await self._apply(tool, req, _Failure(
@@ -275,6 +284,12 @@ class ToolRunner:
                          "store was modified); refusing to run"), round_=rounds)
         return await self._apply(tool, req, decision, round_=rounds)
 
+    def _same_session(self, req: ConfirmationRequest) -> bool:
+        """Whether this runner may apply ``req``: both have a session id only if it is
+        the same one."""
+        return req.session_id is None or self.session_id is None or (
+            req.session_id == self.session_id)
+
     def _request_and_rounds(self, confirmation_id: str) -> tuple[ConfirmationRequest, int]:
         """A request and how many were made for its call: one trip to the store."""
         req = self.store.get_request(confirmation_id)
@@ -288,7 +303,7 @@ class ToolRunner:
         """
         results: dict[str, dict[str, Any]] = {}
         for req in await self._db(self.store.answered_requests):
-            if req.tool in self._tools:
+            if req.tool in self._tools and self._same_session(req):
                 results[req.id] = await self.resume(req.id)
         return results
 
@@ -501,7 +516,7 @@ class ToolRunner:
         try:
             made = await self._db(self.rules.from_decision, _public(req), answer,
                                   subjects=_rule_subjects(tool, req.args),
-                                  session_id=self.rule_session)
+                                  session_id=req.session_id or self.rule_session)
         except (RuleError, ConfigurationError) as exc:
             self.audit.emit("rule.refused", tool=tool.name, call_id=req.call_id,
                             digest=req.digest, confirmation_id=req.id, reason=str(exc))
