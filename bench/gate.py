@@ -42,6 +42,7 @@ import anyio.to_thread
 from sandbox import (
     ApprovalStore,
     AutoApprove,
+    CallbackConfirmationProvider,
     FunctionTool,
     MemoryApprovalStore,
     ToolConfirmation,
@@ -54,15 +55,18 @@ GOAL_DEFERRED_US = 2000.0
 BACKENDS = ("memory", "SQLite :memory:", "SQLite file")
 GATED = "ToolRunner.call, AutoApprove, async fn"
 DEFERRED = "deferred call + resume"
+CALLBACK = "ToolRunner.call, async callback provider"
 RUNNER_ROWS = (
     "ToolRunner.call, no confirmation, async fn",
     GATED,
+    CALLBACK,
     "ToolRunner.call, AutoApprove, sync fn (+hop)",
     DEFERRED,
 )
 BASELINE_OF = {
     "ToolRunner.call, no confirmation, async fn": "direct call, async fn",
     GATED: "direct call, async fn",
+    CALLBACK: "direct call, async fn",
     "ToolRunner.call, AutoApprove, sync fn (+hop)": "direct call, sync fn",
     "anyio.to_thread hop, sync fn": "direct call, sync fn",
 }
@@ -121,6 +125,20 @@ def runner_steps(backend: str, directory: Path) -> dict[str, Step]:
     )
     approve = ToolConfirmation(confirmed=True)
 
+    async def answer(request: object) -> bool:
+        return True
+
+    # The general path: a provider whose answer depends on the request, so the request
+    # model is built, handed over and its answer normalised (AutoApprove skips that).
+    asking = ToolRunner(
+        [FunctionTool(tool_async, name="gated_async", require_confirmation=True)],
+        provider=CallbackConfirmationProvider(answer, timeout=None),
+        store=open_store(backend, directory, f"callback-{tag}"),
+    )
+
+    async def via_callback(i: int) -> object:
+        return await asking.call("gated_async", {"n": i})
+
     async def plain(i: int) -> object:
         return await gated.call("plain_async", {"n": i})
 
@@ -136,7 +154,7 @@ def runner_steps(backend: str, directory: Path) -> dict[str, Step]:
         assert result == {"n": i}, result
         return result
 
-    steps = (plain, gated_async, gated_sync, round_trip)
+    steps = (plain, gated_async, via_callback, gated_sync, round_trip)
     return {f"{row} | {backend}": step for row, step in zip(RUNNER_ROWS, steps, strict=True)}
 
 
