@@ -33,7 +33,7 @@ import stat
 import subprocess
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -461,18 +461,27 @@ async def run_bash(
             ChildSetup(rlimits=rlimits, uid=uid, gid=gid),
         )
         # Placement must precede an identity change, which a prologue running in the
-        # unprivileged shell cannot do; rlimits go through preexec_fn unless the caller
-        # chose the prologue. With neither, the spawn keeps CPython's vfork fast path.
-        use_preexec = uid is not None or (bool(rlimits) and rlimits_via == "preexec_fn")
-        preexec = preexec_fn(setup) if use_preexec else None
+        # unprivileged shell cannot do: then the preexec_fn does everything. Otherwise
+        # the cgroup placement stays in the builtin prologue and a preexec_fn, if the
+        # rlimits go that way, only calls setrlimit: every line of Python run in the
+        # forked child touches copy-on-write pages of the agent, which is what makes a
+        # preexec_fn expensive, so it does as little as possible.
+        prologue: ChildSetup | None
+        if uid is not None:
+            preexec, prologue = preexec_fn(setup), None
+        elif rlimits and rlimits_via == "preexec_fn":
+            preexec = preexec_fn(replace(setup, cgroup_procs=()))
+            prologue = replace(setup, rlimits=())
+        else:
+            preexec, prologue = None, setup
         if limits.max_child_processes is not None:
             # pids.max also counts the shell itself.
             tree.limit_processes(
-                limits.max_child_processes + 1, placed_before_exec=preexec is not None
+                limits.max_child_processes + 1, placed_before_exec=prologue is None
             )
-        if preexec is None:
+        if prologue is not None:
             # The command string is always last: wrappers only prepend.
-            argv[-1] = shell_prologue(setup, posix_mode=bash_posix_mode(env)) + argv[-1]
+            argv[-1] = shell_prologue(prologue, posix_mode=bash_posix_mode(env)) + argv[-1]
         try:
             process = BashProcess.spawn(
                 argv, cwd=workdir, env=env, preexec=preexec, pass_fds=tree.pass_fds
