@@ -107,3 +107,17 @@ async def test_session_rule_belongs_to_the_session_that_asked(tmp_path: Path) ->
     denied = await bob.call("execute_bash", {"command": "touch x"})
     assert denied["status"] == "denied"
     assert not (bob_ws / "x").exists()
+
+
+def test_the_payload_a_tool_asks_about_is_shown_to_the_human() -> None:
+    import datetime
+
+    from sandbox.approval.display import shown
+    from sandbox.approval.models import ConfirmationRequest
+
+    request = ConfirmationRequest(
+        id="cf_1", call_id="c1", tool="transfer", args={"amount": 500}, digest="d",
+        hint="Transfer?", payload={"to": "acct\r<script>"}, kind="tool",
+        created_at=datetime.datetime.now(datetime.timezone.utc))
+    details = shown(request)["details"]
+    assert "payload" in details and "\r" not in str(details) and "acct" in str(details)

@@ -121,8 +121,12 @@ def rule_subjects_of(request: ConfirmationRequest) -> list[list[str]] | None:
 
 
 def visible_details(request: ConfirmationRequest) -> dict[str, Any]:
-    """The facts to show beside the arguments (the policy decision), minus plumbing."""
-    return {k: v for k, v in request.details.items() if k != "rule_subjects"}
+    """The facts to show beside the arguments (the policy decision, and the payload a tool
+    asked about from inside), minus plumbing."""
+    facts = {k: v for k, v in request.details.items() if k != "rule_subjects"}
+    if request.payload is not None:
+        facts["payload"] = request.payload
+    return facts
 
 
 def shown(request: ConfirmationRequest, args: dict[str, Any] | None = None) -> dict[str, Any]:
