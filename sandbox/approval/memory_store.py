@@ -312,30 +312,6 @@ class MemoryApprovalStore(ApprovalStore):
 
     # -- requests --------------------------------------------------------------------
 
-    def add_request(
-        self,
-        *,
-        call_id: str,
-        tool: str,
-        args: dict[str, Any],
-        digest: str,
-        hint: str,
-        payload: Any,
-        kind: str,
-        expires_at: float | None,
-        details: dict[str, Any] | None = None,
-        edited_from: str | None = None,
-        session_id: str | None = None,
-    ) -> ConfirmationRequest:
-        rid, now = self._add_request(
-            call_id=call_id, tool=tool, args=args, digest=digest, hint=hint, payload=payload,
-            kind=kind, expires_at=expires_at, details=details, edited_from=edited_from,
-            session_id=session_id)
-        return self._built_request(rid, now, call_id=call_id, tool=tool, args=args,
-                                   digest=digest, hint=hint, payload=payload, kind=kind,
-                                   expires_at=expires_at, details=details,
-                                   edited_from=edited_from, session_id=session_id)
-
     def _add_request(
         self, *, call_id: str, tool: str, args: dict[str, Any], digest: str, hint: str,
         payload: Any, kind: str, expires_at: float | None,
