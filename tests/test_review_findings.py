@@ -121,3 +121,36 @@ def test_the_payload_a_tool_asks_about_is_shown_to_the_human() -> None:
         created_at=datetime.datetime.now(datetime.timezone.utc))
     details = shown(request)["details"]
     assert "payload" in details and "\r" not in str(details) and "acct" in str(details)
+
+
+def test_a_parser_crash_in_the_guard_child_refuses_the_command_without_parsing_here(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # tree-sitter-bash once crashed a whole test process on a large crafted command: the
+    # guard child takes that risk, and a crash there must never lead to parsing here.
+    from sandbox.bash import parse as parse_module
+
+    monkeypatch.setattr(parse_module, "_GUARD_CODE",
+                        "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+
+    def no_parsing_here() -> None:
+        raise AssertionError("parsed in the agent's process after the child crashed")
+
+    monkeypatch.setattr(parse_module, "_parser", no_parsing_here)
+    command = "echo " + "a " * 4000
+    decision = BashToolPolicy().check(command)
+    assert not decision.allowed and decision.rule == "R6" and "crashed" in decision.reason
+
+
+def test_a_short_but_deeply_nested_command_is_also_parsed_in_the_guard_child(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sandbox.bash import parse as parse_module
+
+    monkeypatch.setattr(parse_module, "_GUARD_CODE",
+                        "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    command = "echo " + "$(" * 400 + "ls" + ")" * 400
+    assert len(command.encode()) < parse_module.GUARDED_PARSE_ABOVE
+    decision = BashToolPolicy().check(command)
+    assert not decision.allowed and "crashed" in decision.reason
+    assert BashToolPolicy(allowed_command_prefixes=("ls",)).check("ls -la").allowed

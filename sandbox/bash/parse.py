@@ -1267,14 +1267,31 @@ _GUARD_PATHS = sorted(
 )
 
 
-def _parses_in_time(data: bytes, seconds: float) -> bool | None:
-    """Whether tree-sitter-bash parses ``data`` within ``seconds``, tried in a
-    child process (None when no child could be run).
+# Bytes that open a nesting level somewhere in bash's grammar. A short command with
+# hundreds of them is crafted, not typed: it goes through the guard child too, since
+# deep nesting is where a C parser's recursion is likeliest to run out of stack.
+_OPENERS = (b"(", b"{", b"`", b"<", b"[")
+GUARDED_OPENERS_ABOVE = 256
+
+
+def _needs_guard(data: bytes) -> bool:
+    if len(data) > GUARDED_PARSE_ABOVE:
+        return True
+    return sum(data.count(o) for o in _OPENERS) > GUARDED_OPENERS_ABOVE
+
+
+def _guarded_parse(data: bytes, seconds: float) -> str:
+    """Try tree-sitter-bash on ``data`` in a child process first: "ok", "slow" (not
+    done within ``seconds``), "crashed" (the parser died), or "unavailable" (no
+    child could be run, e.g. an embedded interpreter).
 
     Its error recovery is quadratic or worse on some invalid input (64 KiB of
     "a | " takes ~9 s, 16 KiB of "[`<do" ~8 s), holds the GIL and skips the
-    progress callback, so it cannot be interrupted in this process. The child
-    is killed at the deadline and always reaped before this returns.
+    progress callback, so it cannot be interrupted in this process; and on some
+    large crafted input the C parser has crashed the whole process (seen once in
+    a property test). The child takes both risks instead: it is killed at the
+    deadline and always reaped before this returns, and a crash there means the
+    command is refused, never parsed here.
     """
     # -I -S and cwd="/": the child must not import anything the agent could
     # have written (a tree_sitter.py in the workspace would run outside the
@@ -1290,10 +1307,14 @@ def _parses_in_time(data: bytes, seconds: float) -> bool | None:
             env={},
         )
     except subprocess.TimeoutExpired:
-        return False
+        return "slow"
     except (OSError, ValueError, TypeError):  # no usable interpreter (embedded Python)
-        return None
-    return True if result.stdout == b"parsed" else None
+        return "unavailable"
+    if result.stdout == b"parsed":
+        return "ok"
+    if result.returncode < 0:
+        return "crashed"
+    return "unavailable"  # the child could not import the parser: nothing was learnt
 
 
 def parse(
@@ -1317,7 +1338,14 @@ def parse(
         return early("R6", "the command is not valid Unicode (it holds a lone surrogate)")
     if len(data) > max_bytes:
         return early("R6", f"the command is longer than {max_bytes} bytes")
-    if len(data) > GUARDED_PARSE_ABOVE and _parses_in_time(data, max_seconds) is False:
+    guard = _guarded_parse(data, max_seconds) if _needs_guard(data) else "ok"
+    if guard == "crashed":
+        return early(
+            "R6",
+            "tree-sitter-bash crashed parsing this command (tried in a separate process); "
+            "fix its syntax or shorten it",
+        )
+    if guard == "slow":
         return early(
             "R6",
             f"the command took longer than {max_seconds:g} s to parse (tree-sitter-bash "
