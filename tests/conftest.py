@@ -9,11 +9,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from sandbox import ApprovalStore
 from sandbox.approval.memory_store import MemoryApprovalStore
 
 PROGRAMS = Path(__file__).parent / "programs"
+
+# CI explores the same generated cases on every run, so a red build is reproducible
+# (run with CI=true locally); elsewhere each run draws new cases.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 #: Backends a store test runs on. "memory": `MemoryApprovalStore` (what `ApprovalStore()`
 #: and a `ToolRunner` without a store use); "sqlite-memory": `ApprovalStore(":memory:")`;
