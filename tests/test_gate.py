@@ -852,3 +852,33 @@ def test_runner_refuses_two_tools_with_one_name() -> None:
 def test_runner_refuses_an_object_that_is_not_a_provider() -> None:
     with pytest.raises(ConfigurationError, match="not a ConfirmationProvider"):
         ToolRunner([], provider=object())  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_oversized_arguments_are_refused_without_running() -> None:
+    from sandbox import AutoApprove, FunctionTool, ToolRunner
+
+    ran: list[int] = []
+
+    def store_blob(blob: str) -> dict[str, int]:
+        ran.append(len(blob))
+        return {"stored": len(blob)}
+
+    runner = ToolRunner(tools=[FunctionTool(store_blob)], provider=AutoApprove(),
+                        max_args_bytes=1000)
+    result = await runner.call("store_blob", {"blob": "x" * 5000})
+    assert result["status"] == "error" and "max_args_bytes" in result["error"]
+    assert ran == [] and await runner.pending() == []
+    assert (await runner.call("store_blob", {"blob": "x" * 10}))["stored"] == 10
+
+
+@pytest.mark.anyio
+async def test_an_oversized_call_id_is_a_clear_error() -> None:
+    from sandbox import AutoApprove, ConfigurationError, FunctionTool, ToolRunner
+
+    def noop() -> dict[str, bool]:
+        return {"ok": True}
+
+    runner = ToolRunner(tools=[FunctionTool(noop)], provider=AutoApprove())
+    with pytest.raises(ConfigurationError, match="call_id"):
+        await runner.call("noop", {}, call_id="c" * 10_000)

@@ -45,6 +45,9 @@ from .store import ApprovalStore, CallRecord, _dt, _Owner, new_id
 
 T = TypeVar("T")
 
+#: Longest call id accepted (ADK's and OpenAI's ids are a few dozen characters).
+MAX_CALL_ID = 256
+
 
 class _Failure:
     """Why a provider produced no decision: it raised, or ran out of time."""
@@ -138,6 +141,7 @@ class ToolRunner:
         max_rounds: int = 4,
         session_id: str | None = None,
         rules: RuleBook | None = None,
+        max_args_bytes: int = 1 << 20,
     ) -> None:
         self._tools: dict[str, BaseTool] = {}
         for tool in tools:
@@ -169,6 +173,11 @@ class ToolRunner:
         self.audit = audit if audit is not None else AuditLog(audit_path, redact=redact)
         self.approval_ttl = approval_ttl
         self.max_rounds = max_rounds
+        if max_args_bytes < 1:
+            raise ConfigurationError(f"max_args_bytes must be positive, got {max_args_bytes}")
+        # Arguments come from a model and end up in the store, the audit and a human's
+        # screen: bound them (and call ids) like every other input.
+        self.max_args_bytes = max_args_bytes
         self.session_id = session_id
         # Remembered decisions ("approve for this session", "always"): in the store's
         # file. A runner without a session id is its own session.
@@ -202,9 +211,20 @@ class ToolRunner:
         tool = self._tool(name)
         call_id = call_id or new_id("call")
         args = {} if args is None else args
+        if not isinstance(call_id, str) or not 0 < len(call_id) <= MAX_CALL_ID:
+            raise ConfigurationError(
+                f"call_id must be a non-empty string of at most {MAX_CALL_ID} characters, "
+                f"got {type(call_id).__name__} of length {len(str(call_id))}"
+            )
         try:
             args = tool.validate_args(args)
             text = canonical_json(args)  # serialised once: digest, call record and request
+            if len(text) > self.max_args_bytes:
+                raise ToolArgumentError(
+                    f"the arguments to {name} are {len(text)} characters of JSON, over this "
+                    f"runner's max_args_bytes={self.max_args_bytes}; send less (for bulk "
+                    "data, pass a file name or a reference instead)"
+                )
             digest = digest_of(name, text)
         except (ToolArgumentError, ConfigurationError) as exc:
             message = exc.message if isinstance(exc, ToolArgumentError) else str(exc)
