@@ -30,9 +30,11 @@ from ..errors import (
 from .models import ConfirmationRequest, canonical_json
 from .providers import parse_answer
 from .store import (
+    _HUMAN_OUTCOMES,
     TERMINAL_STATES,
     ApprovalStore,
     CallRecord,
+    _check_waiting_answer,
     _dt,
     _dump,
     _now,
@@ -373,6 +375,11 @@ class MemoryApprovalStore(ApprovalStore):
                     f"unknown confirmation id {request_id!r}: it was never issued by this "
                     "store (check the id, and that you opened the same store file)"
                 )
+            waiting_answer = self._answers.get(request_id)
+            if waiting_answer is not None and outcome in _HUMAN_OUTCOMES \
+                    and req.status == "pending":
+                _check_waiting_answer(request_id, outcome, waiting_answer[0],
+                                      waiting_answer[1] or waiting_answer[2])
             if req.status == "pending" and (req.expires is None or now <= req.expires):
                 rec = self._calls.get(req.call_id)
                 waiting = rec is not None and rec.state == "awaiting" and (

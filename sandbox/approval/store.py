@@ -625,6 +625,14 @@ class ApprovalStore:
         decision_text = decision if isinstance(decision, str) else _dump(decision)
         result_text = _dump(call_result)
         with self._tx():
+            if outcome in _HUMAN_OUTCOMES:
+                # A human's answer recorded first by another channel wins over this one.
+                row = self._db.execute(
+                    "SELECT a.decision, a.decided_by, a.channel FROM answers a JOIN requests "
+                    "r ON r.id = a.request_id WHERE a.request_id=? AND r.status='pending'",
+                    (request_id,)).fetchone()
+                if row is not None:
+                    _check_waiting_answer(request_id, outcome, row[0], row[1] or row[2])
             # The common case in one guarded statement: a pending, unexpired request.
             values = (status, now, outcome, reason, decided_by, channel, decision_text,
                       request_id)
@@ -939,6 +947,27 @@ class ApprovalStore:
             )
             return cur.rowcount == 1 or self._db.execute(
                 "SELECT 1 FROM rules WHERE id=?", (rule_id,)).fetchone() is not None
+
+
+_HUMAN_OUTCOMES = frozenset({"approve", "deny", "edit"})
+
+
+def _check_waiting_answer(request_id: str, outcome: str, answer_json: str,
+                          by: str | None) -> None:
+    """Refuse a decision that contradicts an answer another channel recorded first.
+
+    `submit_answer` promises the first answer wins: a denial given on the web page or
+    with the CLI must not be overridden by a later approval from the channel that holds
+    the call (an MCP client, ADK's client, a provider). Nothing is recorded; the waiting
+    answer is still there to be applied (`ToolRunner.resume(id)`, `apply_answers`).
+    """
+    recorded = json.loads(answer_json).get("outcome")
+    if recorded != outcome:
+        raise ConfirmationStateError(
+            f"confirmation {request_id} already has an answer waiting to be applied "
+            f"({recorded}, by {by or 'another channel'}), recorded before this {outcome}; "
+            "the first answer wins"
+        )
 
 
 def _timed_out_message(req: ConfirmationRequest) -> str:

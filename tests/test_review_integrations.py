@@ -1,0 +1,93 @@
+"""Attacks on the promises through the integrations (ADK plugin/adapters, `sandbox mcp`).
+
+Real processes and runners, as in tests/test_adk_integration.py (a scripted `BaseLlm`
+inside ADK's InMemoryRunner) and tests/test_mcp_server.py (the real `mcp` client over
+stdio against ``python -m sandbox mcp``). One behaviour per test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp")
+pytest.importorskip("google.adk")
+
+import mcp_types as mtypes
+from google.adk.tools.function_tool import FunctionTool as AdkFunctionTool
+
+from sandbox import ApprovalStore, Decision
+from sandbox.integrations.adk import ApprovalPlugin
+
+from .test_adk_integration import Harness, call, lines, make_wipe
+from .test_mcp_server import Human, Server, approve, outcome, wait_for_pending
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+
+# -- a human's denial recorded first by another channel (web page, CLI) wins --------------
+
+
+async def test_mcp_retry_cannot_override_a_denial_recorded_on_the_web_page(
+        tmp_path: Path) -> None:
+    db = tmp_path / "approvals.db"
+    server = Server(tmp_path, "--store", str(db))
+    async with server.client(Human(), mode="auto") as client:
+        first = await client.session.call_tool("wipe", {"target": "prod"},
+                                               allow_input_required=True)
+        assert isinstance(first, mtypes.InputRequiredResult) and first.input_requests
+        store = ApprovalStore(db)
+        [request] = store.pending()
+        store.submit_answer(request.id, Decision.deny("prod is frozen"), channel="web")
+        answers: mtypes.InputResponses = {key: approve() for key in first.input_requests}
+        retried = await client.session.call_tool("wipe", {"target": "prod"},
+                                                 input_responses=answers,
+                                                 request_state=first.request_state)
+    assert outcome(retried)["status"] == "rejected"
+    assert server.lines() == []
+
+
+async def test_mcp_elicitation_cannot_override_a_denial_recorded_while_it_waits(
+        tmp_path: Path) -> None:
+    db = tmp_path / "approvals.db"
+    server = Server(tmp_path, "--store", str(db))
+    answered_elsewhere = anyio.Event()
+
+    class SlowHuman(Human):
+        async def __call__(self, context: Any, params: mtypes.ElicitRequestParams
+                           ) -> mtypes.ElicitResult:
+            await answered_elsewhere.wait()
+            return approve()
+
+    results: list[mtypes.CallToolResult] = []
+    async with server.client(SlowHuman()) as client:
+
+        async def wipe() -> None:
+            results.append(await client.call_tool("wipe", {"target": "prod"}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wipe)
+            store = ApprovalStore(db)
+            [request] = await wait_for_pending(store)
+            store.submit_answer(request.id, Decision.deny("prod is frozen"), channel="web")
+            answered_elsewhere.set()
+    assert outcome(results[0])["status"] == "rejected"
+    assert server.lines() == []
+
+
+async def test_adk_client_cannot_override_a_denial_recorded_on_the_web_page(
+        tmp_path: Path) -> None:
+    log = tmp_path / "side-effects.log"
+    plugin = ApprovalPlugin(store_path=str(tmp_path / "approvals.db"))
+    h = Harness([AdkFunctionTool(make_wipe(log), require_confirmation=True)], [plugin],
+                [[call("wipe", "c1", target="prod")]])
+    await h.ask()
+    [request] = plugin.store.pending()
+    ApprovalStore(tmp_path / "approvals.db").submit_answer(
+        request.id, Decision.deny("prod is frozen"), channel="web")
+    [confirmation] = h.confirmation_call_ids()
+    await h.answer(confirmation, confirmed=True)
+    assert lines(log) == []
