@@ -22,7 +22,7 @@ from google.adk.tools.function_tool import FunctionTool as AdkFunctionTool
 from sandbox import ApprovalStore, Decision
 from sandbox.integrations.adk import ApprovalPlugin
 
-from .test_adk_integration import Harness, call, lines, make_wipe
+from .test_adk_integration import Answers, Harness, call, lines, make_wipe
 from .test_mcp_server import Human, Server, approve, outcome, wait_for_pending
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
@@ -90,4 +90,41 @@ async def test_adk_client_cannot_override_a_denial_recorded_on_the_web_page(
         request.id, Decision.deny("prod is frozen"), channel="web")
     [confirmation] = h.confirmation_call_ids()
     await h.answer(confirmation, confirmed=True)
+    assert lines(log) == []
+
+
+# -- ADK sessions are the gate's sessions --------------------------------------------------
+
+
+async def test_adk_approval_for_the_session_does_not_cover_another_adk_session(
+        tmp_path: Path) -> None:
+    log = tmp_path / "side-effects.log"
+    answers = Answers(Decision.approve(scope="session"), Decision.deny("not in this session"))
+    h = Harness([AdkFunctionTool(make_wipe(log), require_confirmation=True)],
+                [ApprovalPlugin(answers.provider)],
+                [[call("wipe", "a1", target="prod")], [call("wipe", "a2", target="prod")]])
+    await h.ask()
+    await h.ask()  # the same session: the remembered approval covers it
+    assert lines(log) == ["wiped prod", "wiped prod"]
+    h.session_id = ""  # another user's session of the same app
+    h.model.script = [[call("wipe", "b1", target="prod")]]
+    await h.ask()
+    assert lines(log) == ["wiped prod", "wiped prod"]
+    assert len(answers.asked) == 2
+
+
+async def test_adk_request_of_one_session_cannot_be_approved_from_another(
+        tmp_path: Path) -> None:
+    # Models choose call ids: session B's model repeats session A's pending call id and
+    # arguments, and B's client approves what A's human was asked about.
+    log = tmp_path / "side-effects.log"
+    h = Harness([AdkFunctionTool(make_wipe(log), require_confirmation=True)],
+                [ApprovalPlugin()], [[call("wipe", "c1", target="prod")]])
+    await h.ask()
+    h.session_id = ""
+    h.events = []
+    h.model.script = [[call("wipe", "c1", target="prod")]]
+    await h.ask()
+    for confirmation in h.confirmation_call_ids():
+        await h.answer(confirmation, confirmed=True)
     assert lines(log) == []

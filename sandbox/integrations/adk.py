@@ -258,6 +258,10 @@ class ApprovalPlugin(BasePlugin):
     between can change them). Calls that need no confirmation are left to ADK.
     ``after_tool_callback`` catches tools that ask from inside ``run_async`` and routes
     their question through the same gate.
+
+    Each ADK session (app, user, session id) is the gate's session: an approval "for
+    this session" covers that ADK session only, and a request asked in one session is
+    never applied from another.
     """
 
     def __init__(
@@ -280,7 +284,10 @@ class ApprovalPlugin(BasePlugin):
         self.store = store if store is not None else ApprovalStore(store_path)
         self.audit = audit if audit is not None else AuditLog(audit_path)
         self.approval_ttl = approval_ttl
-        self._runners: dict[str, ToolRunner] = {}
+        # One runner per (ADK session, tool): the runner's session id is the ADK
+        # session's, so "approve for this session" covers that session only, and a
+        # request is applied only from the session it was asked in.
+        self._runners: dict[tuple[str, str], ToolRunner] = {}
         # Contexts of the calls answered in before_tool_callback, so after_tool_callback
         # leaves them alone (weak: a context ADK drops is forgotten with it).
         self._answered: weakref.WeakSet[AdkToolContext] = weakref.WeakSet()
@@ -310,7 +317,7 @@ class ApprovalPlugin(BasePlugin):
         if not call_id:
             return _refused(f"{tool.name} needs confirmation but ADK gave the call no id")
         try:
-            runner = self._runner(tool.name)
+            runner = self._runner(tool.name, tool_context)
         except ValueError as exc:
             return _refused(str(exc))
         self._answered.add(tool_context)
@@ -342,7 +349,7 @@ class ApprovalPlugin(BasePlugin):
         call = _AdkCall(tool=tool, context=tool_context, args=copy.deepcopy(tool_args),
                         hint=asked.hint, payload=asked.payload, asked_by_tool=True)
         tool_context.actions.skip_summarization = None
-        runner = self._runner(tool.name)
+        runner = self._runner(tool.name, tool_context)
         token = _CURRENT.set(call)
         try:
             outcome = await _call(runner, tool.name, call.args, call_id)
@@ -362,8 +369,9 @@ class ApprovalPlugin(BasePlugin):
             tool_args.update(call.ran_with)
         return _hand_pending_to_adk(runner, result, call.context)
 
-    def _runner(self, name: str) -> ToolRunner:
-        runner = self._runners.get(name)
+    def _runner(self, name: str, context: AdkToolContext) -> ToolRunner:
+        session = _session_key(context)
+        runner = self._runners.get((session, name))
         if runner is None:
             try:
                 proxy = _AdkToolProxy(name=name, description="")
@@ -372,9 +380,23 @@ class ApprovalPlugin(BasePlugin):
                     f"tool {name!r} cannot be gated: {exc}; the call was not run"
                 ) from None
             runner = ToolRunner([proxy], provider=self.provider, store=self.store,
-                                audit=self.audit, approval_ttl=self.approval_ttl)
-            self._runners[name] = runner
+                                audit=self.audit, approval_ttl=self.approval_ttl,
+                                session_id=session)
+            if len(self._runners) >= _MAX_RUNNERS:
+                # A runner holds no state of its own (the store does): dropping the
+                # oldest only means building it again if its session comes back.
+                del self._runners[next(iter(self._runners))]
+            self._runners[(session, name)] = runner
         return runner
+
+
+_MAX_RUNNERS = 4096
+
+
+def _session_key(context: AdkToolContext) -> str:
+    """The ADK session a call belongs to, as the gate's session id."""
+    session = context.session
+    return f"adk:{session.app_name}:{session.user_id}:{session.id}"
 
 
 # -- shared: one call, one answer, pending hand-over ------------------------------------
