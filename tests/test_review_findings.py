@@ -154,3 +154,27 @@ def test_a_short_but_deeply_nested_command_is_also_parsed_in_the_guard_child(
     decision = BashToolPolicy().check(command)
     assert not decision.allowed and "crashed" in decision.reason
     assert BashToolPolicy(allowed_command_prefixes=("ls",)).check("ls -la").allowed
+
+
+def test_code_points_that_crash_tree_sitter_bash_are_refused_before_parsing() -> None:
+    # tree-sitter-bash 0.25.1 segfaults (an out-of-bounds read, so only some runs) on
+    # `{` followed by code points of planes 3-16; run in a child so a regression
+    # fails this test instead of killing the test process.
+    import subprocess
+    import sys
+
+    script = (
+        "from sandbox import BashToolPolicy\n"
+        "p = BashToolPolicy()\n"
+        "bad = ['x{\\U000e0001h)', '{\\U000e0000,b}', 'x{\\U000dffffh)', "
+        "'UD{\\U00031894\\U000a2779\\x93h)\\U000f18c2|h)']\n"
+        "for _ in range(30):\n"
+        "    for cmd in bad:\n"
+        "        d = p.check(cmd)\n"
+        "        assert not d.allowed and d.rule == 'R6', d\n"
+        "assert p.check('echo \"\\U0001f389 \\U00020000\"').allowed\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
