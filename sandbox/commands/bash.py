@@ -83,18 +83,21 @@ def _load_policy(path: str | None) -> Any:
     return BashToolPolicy() if path is None else BashToolPolicy.from_toml(path)
 
 
-def _command(args: argparse.Namespace) -> str | None:
+def _command(args: argparse.Namespace, verb: str) -> str | None:
+    """The command after ``--``; None (after saying how to give one) when there is none."""
     words = list(args.command)
     if words and words[0] == "--":
         words = words[1:]
-    return " ".join(words) if words else None
+    if not words:
+        print(f"sandbox {verb}: give the command after --, e.g. sandbox {verb} -- ls -la",
+              file=sys.stderr)
+        return None
+    return " ".join(words)
 
 
 def _check(args: argparse.Namespace) -> int:
-    command = _command(args)
+    command = _command(args, "check")
     if command is None:
-        print("sandbox check: give the command after --, e.g. sandbox check -- ls -la",
-              file=sys.stderr)
         return 2
     try:
         policy = _load_policy(args.policy)
@@ -123,10 +126,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    command = _command(args)
+    command = _command(args, "run")
     if command is None:
-        print("sandbox run: give the command after --, e.g. sandbox run -- ls -la",
-              file=sys.stderr)
         return 2
     try:
         policy = _load_policy(args.policy)
