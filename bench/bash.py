@@ -24,7 +24,6 @@ import random
 import statistics
 import subprocess
 import tempfile
-import threading
 import time
 import types
 from collections.abc import Awaitable, Callable
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import psutil  # type: ignore[import-untyped, unused-ignore]
+from rss import peak_rss_growth  # bench/ is the script's directory
 
 from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
 
@@ -185,23 +184,10 @@ async def _yes_rss(workspace: Path, seconds: float) -> None:
     cap = 1 << 20
     policy = BashToolPolicy(timeout_seconds=seconds, max_output_bytes=cap)
     tool = ExecuteBashTool(workspace=workspace, policy=policy)
-    process = psutil.Process()
-    before = process.memory_info().rss
-    peak = before
-    stop = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not stop.wait(0.01):
-            peak = max(peak, process.memory_info().rss)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    result = await tool.run_async(args={"command": "yes"}, tool_context=CTX)
-    stop.set()
-    sampler.join()
+    result, grown = await peak_rss_growth(tool.run_async(args={"command": "yes"},
+                                                         tool_context=CTX))
     mib = 1 << 20
-    growth = (peak - before) / mib
+    growth = grown / mib
     bound = 2 * cap / mib + 16
     print()
     print(f"4. `yes` for {seconds:g} s with a {cap // 1024} KiB cap per stream: "

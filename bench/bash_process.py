@@ -22,13 +22,12 @@ import resource
 import statistics
 import subprocess
 import tempfile
-import threading
 import time
 import types
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import psutil  # type: ignore[import-untyped, unused-ignore]
+from rss import peak_rss_growth  # bench/ is the script's directory
 
 from sandbox.bash.containment import MECHANISMS, availability
 from sandbox.bash.process import Limits, find_bash, run_bash
@@ -131,27 +130,14 @@ async def _escapes(workspace: Path) -> None:
 
 
 async def _yes_rss(workspace: Path, seconds: float, cap: int) -> None:
-    process = psutil.Process()
-    before = process.memory_info().rss
-    peak = before
-    stop = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not stop.wait(0.01):
-            peak = max(peak, process.memory_info().rss)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    result = await run_bash("yes", cwd=workspace, env=ENV, timeout=seconds, max_output_bytes=cap)
-    stop.set()
-    sampler.join()
+    result, grown = await peak_rss_growth(
+        run_bash("yes", cwd=workspace, env=ENV, timeout=seconds, max_output_bytes=cap))
     mib = 1 << 20
     print()
     print(
         f"`yes` for {seconds:.0f} s, cap {cap // 1024} KiB/stream: read "
         f"{result.stdout_bytes_dropped / mib / seconds:.0f} MiB/s, RSS growth "
-        f"{(peak - before) / mib:.1f} MiB (bound: {(2 * cap) / mib + 16:.0f} MiB), "
+        f"{grown / mib:.1f} MiB (bound: {(2 * cap) / mib + 16:.0f} MiB), "
         f"returned {result.duration_ms - seconds * 1000:.1f} ms after the timeout"
     )
 
