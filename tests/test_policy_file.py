@@ -10,7 +10,7 @@ import pytest
 from sandbox.bash import DEFAULT_HARDENING, BashToolPolicy
 from sandbox.errors import ConfigurationError, PolicyFileError
 
-POLICIES = Path(__file__).resolve().parent.parent / "policies"
+POLICIES = Path(__file__).resolve().parent.parent / "sandbox" / "policies"
 
 
 def load(text: str) -> BashToolPolicy:
