@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -93,3 +97,49 @@ def test_doctor_reports_the_mechanism_in_use() -> None:
 def test_every_command_has_help_with_an_example(command: str) -> None:
     proc = sandbox(command, "--help")
     assert proc.returncode == 0 and "example" in proc.stdout
+
+
+def _cmdlines_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_run_treats_sigterm_and_sighup_like_ctrl_c(tmp_path: Path, signum: int) -> None:
+    marker = f"sandbox-sig-{uuid.uuid4().hex}"
+    ready = tmp_path / "ready"
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "sandbox", "run", "--approve", "auto", "--workspace",
+         str(tmp_path), "--",
+         f"setsid -f sh -c 'sleep 300; true {marker}'; sh -c 'sleep 300; true {marker}' & "
+         f"touch {ready}; wait"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), cli.stderr.read1(4096) if cli.poll() is not None else "no start"
+        assert len(_cmdlines_with(marker)) >= 2
+        cli.send_signal(signum)
+        cli.wait(timeout=20)
+        assert cli.returncode == 128 + signum
+        deadline = time.monotonic() + 2
+        while _cmdlines_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _cmdlines_with(marker) == []
+    finally:
+        for pid in _cmdlines_with(marker):
+            os.kill(pid, signal.SIGKILL)
+        if cli.poll() is None:
+            cli.kill()
+        cli.wait()
+        assert cli.stdout is not None and cli.stderr is not None
+        cli.stdout.close()
+        cli.stderr.close()

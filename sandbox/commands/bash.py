@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 
 from ..errors import ConfigurationError, PolicyFileError
 
@@ -142,6 +144,10 @@ def _run(args: argparse.Namespace) -> int:
 
     runner = ToolRunner(tools=[tool], provider=provider)
     result = anyio.run(_call_with_status, runner, command)
+    if "signal" in result:
+        # SIGTERM/SIGHUP are handled like Ctrl-C: the tree is already killed.
+        print(f"sandbox run: stopped by {result['signal']}", file=sys.stderr)
+        return 128 + int(result["signal_number"])
     if args.json:
         print(json.dumps(result, default=str))
     else:
@@ -184,10 +190,24 @@ async def _call_with_status(runner: Any, command: str) -> dict[str, Any]:
             sys.stderr.flush()
             await anyio.sleep(1.0)
 
+    async def stop_on_signal(
+        scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[None]
+    ) -> None:
+        # SIGTERM and SIGHUP behave like Ctrl-C: cancelling the call makes the
+        # process layer kill the command's whole tree (shielded) before returning.
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+            task_status.started()
+            async for signum in signals:
+                result["signal"] = signal.Signals(signum).name
+                result["signal_number"] = int(signum)
+                scope.cancel()
+                return
+
     async with anyio.create_task_group() as tg:
         if show:
             tg.start_soon(status)
-        result = await runner.call("execute_bash", {"command": command})
+        await tg.start(stop_on_signal, tg.cancel_scope)
+        result.update(await runner.call("execute_bash", {"command": command}))
         tg.cancel_scope.cancel()
     if show:
         sys.stderr.write("\r\x1b[2K")
