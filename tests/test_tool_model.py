@@ -15,6 +15,7 @@ from sandbox import (
     FunctionTool,
     ToolConfirmation,
     ToolContext,
+    ToolRunner,
 )
 from sandbox.tools.docstring import parse_docstring
 
@@ -214,11 +215,12 @@ async def test_caller_cannot_supply_tool_context(effect: SideEffect) -> None:
 
 
 @pytest.mark.anyio
-async def test_non_dict_return_is_wrapped_as_result() -> None:
+async def test_non_dict_return_is_returned_as_is_and_wrapped_by_the_runner() -> None:
     def f() -> list[int]:
         return [1, 2]
 
-    assert await FunctionTool(f).run_async(args={}, tool_context=ctx()) == {"result": [1, 2]}
+    assert await FunctionTool(f).run_async(args={}, tool_context=ctx()) == [1, 2]
+    assert await ToolRunner([FunctionTool(f)]).call("f") == {"result": [1, 2]}
 
 
 @pytest.mark.anyio
@@ -236,7 +238,7 @@ async def test_sync_function_runs_off_the_event_loop_thread() -> None:
 
     result = await FunctionTool(f).run_async(args={}, tool_context=ctx())
 
-    assert result["result"] != threading.get_ident()
+    assert result != threading.get_ident()
 
 
 @pytest.mark.anyio
@@ -246,7 +248,7 @@ async def test_async_function_runs_on_the_event_loop_thread() -> None:
 
     result = await FunctionTool(f).run_async(args={}, tool_context=ctx())
 
-    assert result["result"] == threading.get_ident()
+    assert result == threading.get_ident()
 
 
 @pytest.mark.anyio
@@ -256,7 +258,7 @@ async def test_sync_function_marked_instant_runs_on_the_loop() -> None:
 
     result = await FunctionTool(f, run_in_thread=False).run_async(args={}, tool_context=ctx())
 
-    assert result["result"] == threading.get_ident()
+    assert result == threading.get_ident()
 
 
 @pytest.mark.anyio

@@ -10,6 +10,7 @@ again, with `tool_context.tool_confirmation` set, once the answer is an approval
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Iterable
@@ -29,7 +30,7 @@ from ..errors import (
     UnknownToolError,
 )
 from ..tools.base import BaseTool, ToolArgumentError
-from ..tools.context import ToolConfirmation, ToolContext
+from ..tools.context import OUTER_CALL, ToolConfirmation, ToolContext
 from .display import shown
 from .models import ConfirmationRequest, Decision, args_digest, canonical_json, digest_of
 from .providers import (
@@ -144,6 +145,17 @@ class ToolRunner:
         max_args_bytes: int = 1 << 20,
     ) -> None:
         self._tools: dict[str, BaseTool] = {}
+        if isinstance(tools, BaseTool) or callable(tools) or isinstance(tools, (str, bytes)):
+            raise ConfigurationError(
+                f"ToolRunner(tools=...) takes a list of tools, got one "
+                f"{type(tools).__name__}; write ToolRunner(tools=[{_label(tools)}])"
+            )
+        try:
+            tools = list(tools)
+        except TypeError:
+            raise ConfigurationError(
+                f"ToolRunner(tools=...) takes a list of tools, got {type(tools).__name__}"
+            ) from None
         for tool in tools:
             if not isinstance(tool, BaseTool):
                 raise ConfigurationError(
@@ -284,9 +296,20 @@ class ToolRunner:
                     "the answer: resume(id, ToolConfirmation(confirmed=True)) or a Decision"
                 )
             confirmation = answer
+        if isinstance(confirmation, str) and confirmation.strip().lower() in _WORDS:
+            raise ConfigurationError(
+                f"resume({confirmation_id!r}, {confirmation!r}): an answer is not a word; pass "
+                "True or False, ToolConfirmation(confirmed=True), or Decision.approve() / "
+                "Decision.deny('reason')"
+            )
         decision = parse_answer(confirmation, channel=channel)
         if decided_by is not None and decision.decided_by is None:
             decision = decision.model_copy(update={"decided_by": decided_by})
+        if args is not None:
+            try:  # the arguments as the tool would take them: what the request holds
+                args = tool.validate_args(args)
+            except ToolArgumentError:
+                pass  # compared as sent: they differ, and are refused below
         if args is not None and args_digest(req.tool, args) != req.digest:
             message = (
                 f"the arguments sent with confirmation {confirmation_id} differ from the ones "
@@ -334,6 +357,7 @@ class ToolRunner:
     def call_sync(self, name: str, args: dict[str, Any] | None = None,
                   call_id: str | None = None) -> dict[str, Any]:
         """`call` for code without an event loop."""
+        _no_running_loop("call_sync", "call")
         return anyio.run(self.call, name, args, call_id)
 
     def resume_sync(self, confirmation_id: str,
@@ -342,6 +366,7 @@ class ToolRunner:
         async def go() -> dict[str, Any]:
             return await self.resume(confirmation_id, confirmation, **kwargs)
 
+        _no_running_loop("resume_sync", "resume")
         return anyio.run(go)
 
     # -- the gate --------------------------------------------------------------------
@@ -365,8 +390,10 @@ class ToolRunner:
         if blocked is not None:
             return await self._end(tool, call_id, digest, "blocked",
                                    {"status": "blocked", **blocked}, event="tool.blocked"), None
+        ctx = ToolContext(function_call_id=call_id, session_id=self.session_id,
+                          **_outer_context())
         try:
-            return None, await tool.confirmation_needed(args)
+            return None, await tool.confirmation_hint(args, ctx)
         except Exception as exc:
             return await self._end(tool, call_id, digest, "error", {
                 "status": "error",
@@ -649,8 +676,7 @@ class ToolRunner:
         if self.audit.enabled:
             self.audit.emit("tool.started", tool=tool.name, call_id=call_id, digest=digest)
         ctx = ToolContext(function_call_id=call_id, tool_confirmation=confirmation,
-                          session_id=self.session_id)
-        ctx._gate_checked = True  # type: ignore[attr-defined]
+                          session_id=self.session_id, gated=True, **_outer_context())
         try:
             result = await tool.run_async(args=args, tool_context=ctx)
         except anyio.get_cancelled_exc_class():
@@ -727,6 +753,33 @@ class ToolRunner:
 
 
 _APPROVALS: dict[str, ToolConfirmation] = {}
+
+#: Answers people type that are not answers the gate reads (it needs a bool or a model).
+_WORDS = {"yes", "y", "no", "n", "ok", "approve", "approved", "deny", "denied", "reject",
+          "once", "always", "session"}
+
+
+def _label(tool: Any) -> str:
+    return str(getattr(tool, "name", None) or getattr(tool, "__name__", None) or "tool")
+
+
+def _no_running_loop(name: str, instead: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(
+        f"ToolRunner.{name} was called inside a running event loop; in async code use "
+        f"'await runner.{instead}(...)' instead"
+    )
+
+
+def _outer_context() -> dict[str, Any]:
+    """State and actions of the agent loop this call runs inside, if any."""
+    outer = OUTER_CALL.get()
+    if outer is None:
+        return {}
+    return {"state": outer.state, "actions": outer.actions}
 
 
 def _approval(hint: str, payload: Any) -> ToolConfirmation:

@@ -184,7 +184,7 @@ class ExecuteBashTool(BaseTool):
         if refused is not None:
             return refused
         confirmation = tool_context.tool_confirmation
-        if not getattr(tool_context, "_gate_checked", False) and confirmation is None:
+        if not tool_context.gated and confirmation is None:
             hint = await self.confirmation_needed(args)
             if hint is not None:
                 tool_context.request_confirmation(hint=hint)
