@@ -415,6 +415,16 @@ async def test_unknown_argument_is_named(tmp_path: Path) -> None:
     assert "'force'" in result["error"]
 
 
+async def test_misspelt_bash_argument_is_named(tmp_path: Path) -> None:
+    from sandbox import BashToolPolicy, ExecuteBashTool
+
+    bash = ExecuteBashTool(workspace=tmp_path,
+                           policy=BashToolPolicy(allowed_command_prefixes=("ls",)))
+    result = await ToolRunner([bash]).call("execute_bash", {"cmd": "ls"})
+    assert result["status"] == "error"
+    assert "'cmd'" in result["error"] and "'command'" in result["error"]
+
+
 def test_one_tool_instead_of_a_list_says_to_pass_a_list(tmp_path: Path) -> None:
     tool = FunctionTool(make_wipe(tmp_path / "log"))
     with pytest.raises(ConfigurationError, match=r"tools=\[wipe\]"):

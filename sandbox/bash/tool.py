@@ -123,15 +123,15 @@ class ExecuteBashTool(BaseTool):
             raise ToolArgumentError(
                 f"arguments to {self.name} must be a JSON object, got {type(args).__name__}"
             )
-        command = args.get("command")
-        if not isinstance(command, str) or not command.strip():
-            raise ToolArgumentError("Command is required.")
         extra = sorted(set(args) - {"command"})
-        if extra:
+        if extra:  # named first: {"cmd": ...} is a misspelt key, not a missing command
             raise ToolArgumentError(
                 f"unexpected argument(s) {', '.join(map(repr, extra))}; {self.name} takes "
                 "only 'command'"
             )
+        command = args.get("command")
+        if not isinstance(command, str) or not command.strip():
+            raise ToolArgumentError("Command is required.")
         return args
 
     async def _check(self, command: str) -> PolicyDecision:
