@@ -53,9 +53,12 @@ MAX_CALL_ID = 256
 class _Failure:
     """Why a provider produced no decision: it raised, or ran out of time."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, *, cause: str | None = None) -> None:
         self.kind = kind  # "error" | "timeout" | "pending"
         self.message = message
+        #: What happened, without what it means for the request (for a pending wait
+        #: that then turns out expired).
+        self.cause = message if cause is None else cause
 
 
 class _Asked:
@@ -371,8 +374,15 @@ class ToolRunner:
 
     # -- the gate --------------------------------------------------------------------
 
+    def _context(self, call_id: str) -> ToolContext:
+        """The one `ToolContext` of a call: the confirmation check and the run see the
+        same one, as in ADK (state a predicate writes is there when the tool runs)."""
+        return ToolContext(function_call_id=call_id, session_id=self.session_id,
+                           **_outer_context())
+
     async def _policy(self, tool: BaseTool, call_id: str, args: dict[str, Any],
-                      digest: str) -> tuple[dict[str, Any] | None, str | None]:
+                      digest: str, ctx: ToolContext | None = None,
+                      ) -> tuple[dict[str, Any] | None, str | None]:
         """The tool's refusal check, then its confirmation predicate, for these arguments.
 
         Returns ``(result, None)`` when the call ended here (blocked, or a check that
@@ -390,10 +400,9 @@ class ToolRunner:
         if blocked is not None:
             return await self._end(tool, call_id, digest, "blocked",
                                    {"status": "blocked", **blocked}, event="tool.blocked"), None
-        ctx = ToolContext(function_call_id=call_id, session_id=self.session_id,
-                          **_outer_context())
         try:
-            return None, await tool.confirmation_hint(args, ctx)
+            return None, await tool.confirmation_hint(
+                args, self._context(call_id) if ctx is None else ctx)
         except Exception as exc:
             return await self._end(tool, call_id, digest, "error", {
                 "status": "error",
@@ -403,19 +412,21 @@ class ToolRunner:
 
     async def _gate(self, tool: BaseTool, call_id: str, args: dict[str, Any], digest: str,
                     *, round_: int, args_json: str | None = None) -> dict[str, Any]:
-        ended, hint = await self._policy(tool, call_id, args, digest)
+        ctx = self._context(call_id)
+        ended, hint = await self._policy(tool, call_id, args, digest, ctx)
         if ended is not None:
             return ended
         if hint is not None:
             kind = "predicate" if callable(getattr(tool, "require_confirmation", None)) else "static"
             return await self._ask(tool, call_id, args, digest, hint=hint, payload=None,
-                                   kind=kind, round_=round_, args_json=args_json)
-        return await self._execute(tool, call_id, args, digest, None, round_=round_)
+                                   kind=kind, round_=round_, args_json=args_json, ctx=ctx)
+        return await self._execute(tool, call_id, args, digest, None, round_=round_, ctx=ctx)
 
     async def _ask(self, tool: BaseTool, call_id: str, args: dict[str, Any], digest: str, *,
                    hint: str, payload: Any, kind: str, round_: int,
                    edited_from: str | None = None,
-                   args_json: str | None = None) -> dict[str, Any]:
+                   args_json: str | None = None,
+                   ctx: ToolContext | None = None) -> dict[str, Any]:
         if round_ >= self.max_rounds:
             return await self._end(tool, call_id, digest, "error", {
                 "status": "error",
@@ -452,22 +463,21 @@ class ToolRunner:
                             details=details or None)
         if rules:
             by_rule = Decision.approve(decided_by=",".join(r.id for r in rules), channel="rule")
-            return await self._apply(tool, req, by_rule, round_=round_)
+            return await self._apply(tool, req, by_rule, round_=round_, ctx=ctx)
         if self.provider is None:
             return _awaiting(req)
         fixed = fixed_answer(self.provider)
         if fixed is not None:  # AutoApprove: known without building or sending the request
-            return await self._apply(tool, req, fixed, round_=round_)
+            return await self._apply(tool, req, fixed, round_=round_, ctx=ctx)
         answer = await self._consult(self.provider, req)
         if isinstance(answer, _Failure) and answer.kind == "pending" and _expired(req):
-            answer = _Failure("timeout", f"{answer.message.split(';')[0]}, and the request "
-                                         "expired")
+            answer = _Failure("timeout", f"{answer.cause}, and the request expired")
         if isinstance(answer, _Failure) and answer.kind == "pending":
             self.audit.emit("tool.timed_out", tool=tool.name, call_id=call_id, digest=digest,
                             confirmation_id=req.id, still_pending=True,
                             channel=self.provider.name)
             return {**_awaiting(req), "message": answer.message}
-        return await self._apply(tool, req, answer, round_=round_)
+        return await self._apply(tool, req, answer, round_=round_, ctx=ctx)
 
     def _park(self, call_id: str, name: str, args: dict[str, Any], args_json: str,
               digest: str, hint: str, payload: Any, kind: str, expires: float | None,
@@ -510,8 +520,8 @@ class ToolRunner:
                                      f"{type(exc).__name__}: {exc}")
         if timed_out:
             if provider.on_timeout == "pending":
-                return _Failure("pending", f"no answer from {provider.name} within {timeout:g}s;"
-                                " the request stays pending")
+                cause = f"no answer from {provider.name} within {timeout:g}s"
+                return _Failure("pending", f"{cause}; the request stays pending", cause=cause)
             return _Failure("timeout", f"no answer from {provider.name} within {timeout:g}s")
         try:
             return to_decision(answer, channel=provider.name)
@@ -520,7 +530,8 @@ class ToolRunner:
                                      f"{type(exc).__name__}: {exc}")
 
     async def _apply(self, tool: BaseTool, req: _Request,
-                     answer: Decision | _Failure, *, round_: int) -> dict[str, Any]:
+                     answer: Decision | _Failure, *, round_: int,
+                     ctx: ToolContext | None = None) -> dict[str, Any]:
         call_id = req.call_id
         if isinstance(answer, _Failure):
             status = "timed_out" if answer.kind == "timeout" else "error"
@@ -550,7 +561,7 @@ class ToolRunner:
                 await self._remember(tool, req, answer)
             return await self._execute(tool, call_id, req.args, req.digest,
                                        _approval(req.hint, answer.payload), round_=round_,
-                                       claimed=claim)
+                                       claimed=claim, ctx=ctx)
         return await self._apply_edit(tool, req, answer, round_=round_)
 
     async def _remember(self, tool: BaseTool, req: _Request,
@@ -664,7 +675,8 @@ class ToolRunner:
 
     async def _execute(self, tool: BaseTool, call_id: str, args: dict[str, Any], digest: str,
                        confirmation: ToolConfirmation | None, *, round_: int,
-                       claimed: bool = False) -> dict[str, Any]:
+                       claimed: bool = False, ctx: ToolContext | None = None,
+                       ) -> dict[str, Any]:
         if not claimed and not (await self._db(self.store.start, call_id, digest)
                                 if self._offload else self.store.start(call_id, digest)):
             rec = await self._db(self.store.get_call, call_id)
@@ -675,8 +687,10 @@ class ToolRunner:
             return {"status": "rejected", "error": message, "call_id": call_id}
         if self.audit.enabled:
             self.audit.emit("tool.started", tool=tool.name, call_id=call_id, digest=digest)
-        ctx = ToolContext(function_call_id=call_id, tool_confirmation=confirmation,
-                          session_id=self.session_id, gated=True, **_outer_context())
+        if ctx is None:
+            ctx = self._context(call_id)
+        ctx.tool_confirmation = confirmation
+        ctx.gated = True
         try:
             result = await tool.run_async(args=args, tool_context=ctx)
         except anyio.get_cancelled_exc_class():
@@ -691,10 +705,12 @@ class ToolRunner:
             return await self._end(tool, call_id, digest, "failed", {
                 "status": "error",
                 "error": f"{tool.name} raised {type(exc).__name__}: {exc}"}, event="tool.failed")
-        requested = ctx.actions.requested_tool_confirmations.get(call_id)
+        # Taken off the context: the next run (after the answer) starts with no request.
+        requested = ctx.actions.requested_tool_confirmations.pop(call_id, None)
         if requested is not None:
             return await self._ask(tool, call_id, args, digest, hint=requested.hint,
-                                   payload=requested.payload, kind="tool", round_=round_ + 1)
+                                   payload=requested.payload, kind="tool", round_=round_ + 1,
+                                   ctx=ctx)
         if not isinstance(result, dict):
             result = {"result": result}
         if self._offload:

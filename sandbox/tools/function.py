@@ -197,6 +197,13 @@ class FunctionTool(BaseTool):
         return verdict
 
     def _normalised(self, args: dict[str, Any], model: BaseModel) -> dict[str, Any]:
+        fields = self._field_names
+        if len(args) == len(fields) and all(
+                type(value := getattr(model, name, _MISSING)) is type(args.get(name, _MISSING))
+                and value == args[name] for name in fields):
+            # Every argument sent, none converted (the common case): they are the
+            # normalised form already. Not JSON values are refused by the gate, by name.
+            return dict(args)
         if not _is_json_value(args):
             return dict(args)  # as sent: the gate refuses what is not JSON, by name
         try:
@@ -229,6 +236,7 @@ class FunctionTool(BaseTool):
         return kwargs
 
 
+_MISSING = object()
 _DEFAULT_PARTIAL_DOC = inspect.getdoc(functools.partial)
 _DEFAULT_CALL_DOC = inspect.getdoc(type.__call__)
 
