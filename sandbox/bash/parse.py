@@ -42,6 +42,8 @@ import tree_sitter
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
+from .agreement import check_agreement
+
 __all__ = [
     "Assignment",
     "Finding",
@@ -112,7 +114,8 @@ class SimpleCommand(NamedTuple):
     assignment-only and redirection-only commands).
 
     ``kind`` is ``"command"``, ``"declaration"`` (declare/export/local/readonly/
-    typeset), ``"unset"``, ``"test"`` (``[ ... ]``) or ``"assignment"``.
+    typeset), ``"unset"``, ``"test"`` (``[ ... ]``), ``"assignment"`` or ``"loop"``
+    (the variable of ``for NAME in …``, assigned on every iteration).
     """
 
     kind: str
@@ -443,6 +446,8 @@ _FUNCTION = _ids("function_definition")
 _TEST_COMMAND = _ids("test_command")
 _COMPOUND = _ids("compound_statement")
 _C_FOR = _ids("c_style_for_statement")
+# `for NAME in …` and `select NAME in …`: NAME is assigned on every iteration.
+_FOR_IN = _ids("for_statement")
 _ARITH_EXPANSION = _ids("arithmetic_expansion")
 _COMMAND_SUBSTITUTION = _ids("command_substitution")
 _PROCESS_SUBSTITUTION = _ids("process_substitution")
@@ -792,6 +797,22 @@ class _Walk:
         self.assignments.append(result)
         return result
 
+    def loop_variable(self, node: Node) -> None:
+        """``for NAME in …``: an assignment of NAME, decided as one (``for PATH in
+        tools; do ls; done`` runs tools/ls)."""
+        name_node = node.child_by_field_name("variable")
+        if name_node is None:
+            return
+        name = self.text(name_node)
+        assignment = Assignment(name, f"{name}=")
+        self.assignments.append(assignment)
+        self.commands.append(
+            SimpleCommand(
+                "loop", (), (assignment,), self.text(name_node),
+                self.offset(name_node.start_byte),
+            )
+        )
+
     def assignment_only(self, node: Node, parts: list[Node]) -> None:
         assignments = tuple(self.assignment(p) for p in parts if p.kind_id in _ASSIGNMENT)
         self.commands.append(
@@ -899,6 +920,8 @@ class _Walk:
             plain: set[int] | None = None
             if ctx & _ARITH and kind not in expression_ids:
                 self.arith_operand(node)
+            if kind in _FOR_IN:
+                self.loop_variable(node)
             action = dispatch.get(kind)
             if action is not None:
                 if action == _A_UNKNOWN:
@@ -1389,6 +1412,18 @@ def parse(
                 ch = source[pos]
                 walk.findings.append(Finding("R8", _control_message(ch), escape_controls(ch), pos))
                 break
+    if not any(f.rule in ("R6", "R8") for f in walk.findings):
+        disagreement = check_agreement(root, data)
+        if disagreement is not None:
+            at = len(data[: disagreement.byte].decode("utf-8", "replace"))
+            token = data[disagreement.byte : disagreement.byte + 24].decode("utf-8", "replace")
+            walk.findings.append(Finding(
+                "R9",
+                f"tree-sitter-bash and bash read this differently: {disagreement.construct} "
+                f"at offset {at}; write it more plainly (quote the text, split the command)",
+                token,
+                at,
+            ))
     return ParsedScript(
         source,
         _in_order(walk.commands),
@@ -1418,7 +1453,7 @@ def _by_offset(item: SimpleCommand | Operator | Redirect) -> int:
 
 def _by_rule_then_offset(finding: Finding) -> tuple[int, int]:
     # R8 before R6 before R2: the most basic reason first.
-    return ({"R8": 0, "R6": 1}.get(finding.rule, 2), finding.offset)
+    return ({"R8": 0, "R6": 1, "R9": 1}.get(finding.rule, 2), finding.offset)
 
 
 def _control_message(ch: str) -> str:
