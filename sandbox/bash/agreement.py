@@ -61,6 +61,8 @@ _OPERATORS = (
 )  # fmt: skip
 # Anonymous leaves that open a structure whose end is checked with the structure.
 _OPENERS = frozenset({"$(", "`", "${", "$((", "((", "$[", '"', '$"', "<(", ">(", "$"})
+# Nodes bash reads as (part of) one word: no blank may separate their children.
+_ONE_WORD = frozenset({"simple_expansion", "concatenation"})
 _ARITHMETIC = frozenset({"arithmetic_expansion", "c_style_for_statement"})
 _RESERVED = frozenset({
     "if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until",
@@ -142,6 +144,13 @@ class _Checker:
         if kind == "command_substitution" and self.data[node.start_byte] == 0x60:
             self.gap(node.start_byte)
             self.backquoted(node)
+        if test and kind == "concatenation" and self.data[node.start_byte : node.end_byte] == b"]]":
+            self.fail("']]' read as a word inside [[ ]] (bash ends the test there)", node.start_byte)
+        if kind in _ONE_WORD:
+            children = node.children
+            for before, after in zip(children, children[1:]):
+                if before.end_byte != after.start_byte:
+                    self.fail("a blank inside what the parser read as one word", before.end_byte)
         if kind in _ARITHMETIC or (kind == "compound_statement" and _starts_arith(node)):
             arithmetic = True
         elif kind == "test_command":
@@ -192,6 +201,8 @@ class _Checker:
         data = self.data
         if kind in ("heredoc_start", "heredoc_end"):
             return  # delimiters: checked by the parse module
+        if test and data[start:end] == b"]]":
+            self.fail("']]' read as a word inside [[ ]] (bash ends the test there)", start)
         if data[start] == 0x23 and self.word_start(start) and not arithmetic:
             self.fail("a word starting with '#' (bash reads a comment)", start)
         i = start
@@ -225,13 +236,13 @@ class _Checker:
             return
         if kind in _RESERVED or text[:1].isalpha():
             after = data[end] if end < len(data) else 0x20
-            if not self.word_start(start) and kind not in ("]]",):
+            if not self.word_start(start):
                 self.fail(f"the reserved word {kind!r} inside a word", start)
-            if after not in _META and kind not in ("{", "!", "(", "[["):
+            if after not in _META:
                 self.fail(f"the reserved word {kind!r} glued to more text", end)
             return
-        if test and kind in ("<", ">", "(", ")", "&&", "||", "==", "=~", "=", "!=", "!"):
-            return
+        if test and text in (b"|", b"&", b";", b"|&", b";;", b"&>", b">>", b"<<", b"<<<"):
+            self.fail(f"{text.decode()!r} inside [[ ]], which bash does not accept there", start)
         if text and text[0] in _META:
             read = next((op for op in _OPERATORS if data.startswith(op, start)), b"")
             if read != text:
