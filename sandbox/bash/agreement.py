@@ -35,6 +35,7 @@ differ from the shell's.
 
 from __future__ import annotations
 
+import itertools
 from typing import NamedTuple
 
 from tree_sitter import Node
@@ -148,7 +149,7 @@ class _Checker:
             self.fail("']]' read as a word inside [[ ]] (bash ends the test there)", node.start_byte)
         if kind in _ONE_WORD:
             children = node.children
-            for before, after in zip(children, children[1:]):
+            for before, after in itertools.pairwise(children):
                 if before.end_byte != after.start_byte:
                     self.fail("a blank inside what the parser read as one word", before.end_byte)
         if kind in _ARITHMETIC or (kind == "compound_statement" and _starts_arith(node)):
