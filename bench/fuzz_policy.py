@@ -221,15 +221,32 @@ class Grammar:
 
 # -- the oracle -------------------------------------------------------------------------
 
+# Every program bash starts falls through to command_not_found_handle (PATH is empty),
+# which records it; a DEBUG trap records the builtins that run code or change state,
+# none of which the fuzz policy allows (set -T: the trap reaches functions and
+# substitutions too).
+_WATCHED_BUILTINS = (
+    "eval|source|.|exec|command|builtin|alias|enable|cd|pushd|popd|export|declare|typeset|"
+    "set|shopt|unset|trap|read|mapfile|readarray|kill|ulimit|umask|hash|readonly|local|let|"
+    "printf|echo|test|[|exit|return|wait|fc|history|complete|compgen|bind|times|getopts|"
+    "shift|break|continue|disown|suspend|jobs|fg|bg|caller|dirs|logout|help|type|coproc"
+)
 _HARNESS = r"""
 command_not_found_handle() { printf '%s\t%s\n' "$CASE_N" "$1" >> "$FUZZ_LOG"; return 0; }
+watch() {
+    [[ $BASH_COMMAND == 'eval "$case"' || ${FUNCNAME[1]-} == command_not_found_handle ]] && return 0
+    case ${BASH_COMMAND%%[[:space:]]*} in
+        WATCHED) printf '%s\t%s\n' "$CASE_N" "${BASH_COMMAND%%[[:space:]]*}" >> "$FUZZ_LOG";;
+    esac
+    return 0
+}
 n=0
 while IFS= read -r -d '' case; do
     CASE_N=$n
-    ( ulimit -t 2; eval "$case" ) </dev/null >/dev/null 2>&1
+    ( ulimit -t 2; set -T; trap watch DEBUG; eval "$case" ) </dev/null >/dev/null 2>&1
     n=$((n+1))
 done < "$FUZZ_CASES"
-"""
+""".replace("WATCHED", _WATCHED_BUILTINS.replace(".", "\\."))
 
 
 def run_bash(cases: list[str], workdir: Path) -> dict[int, set[str]]:

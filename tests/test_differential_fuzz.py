@@ -33,10 +33,15 @@ def test_the_oracle_sees_a_hidden_command() -> None:
 
     fuzz = _fuzzer()
     with tempfile.TemporaryDirectory() as tmp:
-        ran = fuzz.run_bash(["a $'\\\\';x;b \\'", "a 'x'", "b $(y) <(x)"], Path(tmp))
+        ran = fuzz.run_bash(
+            ["a $'\\\\';x;b \\'", "a 'x'", "b $(y) <(x)", "a; eval b", "a $(cd /)", "true"],
+            Path(tmp))
     assert ran[0] == {"a", "x", "b"}
     assert ran[1] == {"a"}
     assert ran[2] == {"b", "x", "y"}
+    assert ran[3] == {"a", "eval", "b"}
+    assert ran[4] == {"a", "cd"}
+    assert 5 not in ran
 
 
 @pytest.mark.timeout(300)
