@@ -228,7 +228,7 @@ class Grammar:
 _WATCHED_BUILTINS = (
     "eval|source|.|exec|command|builtin|alias|enable|cd|pushd|popd|export|declare|typeset|"
     "set|shopt|unset|trap|read|mapfile|readarray|kill|ulimit|umask|hash|readonly|local|let|"
-    "printf|echo|test|[|exit|return|wait|fc|history|complete|compgen|bind|times|getopts|"
+    "printf|echo|test|[|exit|wait|fc|history|complete|compgen|bind|times|getopts|"
     "shift|break|continue|disown|suspend|jobs|fg|bg|caller|dirs|logout|help|type|coproc"
 )
 _HARNESS = r"""
