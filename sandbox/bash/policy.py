@@ -47,6 +47,8 @@ from .parse import (
     parse_prefix,
     scan_word,
 )
+from .specs import ProgramSpec, builtin_specs, check_spec
+from .specs import merged as merged_specs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -445,6 +447,26 @@ def _tuple_of_str(
     return items
 
 
+_NO_SPECS: Mapping[str, ProgramSpec] = MappingProxyType({})
+
+
+def _specs_field(value: object) -> Mapping[str, ProgramSpec]:
+    """``program_specs``: a mapping of program (or "prog sub") to `ProgramSpec`, or
+    ``"builtin"`` for the specs shipped with the package."""
+    if isinstance(value, str):
+        if value != "builtin":
+            raise ConfigurationError(
+                f"program_specs={value!r} is invalid: use \"builtin\" or a mapping of "
+                "program names to ProgramSpec.")
+        return builtin_specs()
+    if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, ProgramSpec) for k, v in value.items()):
+        raise ConfigurationError(
+            f"program_specs={value!r} is invalid: use \"builtin\" or a mapping of program "
+            "names to ProgramSpec (sandbox.bash.specs).")
+    return value if isinstance(value, MappingProxyType) else MappingProxyType(dict(value))
+
+
 def _limit(name: str, value: object, *, optional: bool, maximum: int | None = None) -> None:
     if value is None and optional:
         return
@@ -494,6 +516,7 @@ class BashToolPolicy:
     rlimits_via: str = "preexec_fn"
     no_confirmation_prefixes: tuple[str, ...] = ()
     hardening: tuple[HardeningRule, ...] = DEFAULT_HARDENING
+    program_specs: Mapping[str, ProgramSpec] = field(default_factory=lambda: _NO_SPECS)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -604,6 +627,7 @@ class BashToolPolicy:
             "_by_program",
             {k: _ProgramRules.build(k, v) for k, v in by_program.items()},
         )
+        set_(self, "program_specs", _specs_field(self.program_specs))
         set_(self, "_env_rules", tuple(r for r in rules if r.env is not None))
         set_(self, "_redirect_rules", tuple(r for r in rules if r.redirect is not None))
 
@@ -612,11 +636,14 @@ class BashToolPolicy:
         # read-only env mapping are derived, and mappingproxy does not pickle.
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values["env"] = dict(self.env)
+        values["program_specs"] = dict(self.program_specs)
         return (_rebuild_policy, (type(self), values))
 
     def __hash__(self) -> int:
+        names = [f.name for f in fields(self)]
         values = [getattr(self, f.name) for f in fields(self)]
-        values[[f.name for f in fields(self)].index("env")] = tuple(sorted(self.env.items()))
+        values[names.index("env")] = tuple(sorted(self.env.items()))
+        values[names.index("program_specs")] = tuple(sorted(self.program_specs))
         return hash(tuple(values))
 
     # -- deciding ------------------------------------------------------------------
@@ -738,6 +765,7 @@ class BashToolPolicy:
         """The first rule ``script`` breaks; fills ``matched`` with the prefixes used."""
         allowed: _Prefixes = self.__dict__["_allowed"]
         wildcard = allowed.wildcard
+        specs = self.program_specs
         for finding in script.findings:
             if finding.rule in ("R8", "R6", "R9"):
                 return _Blocked(finding.rule, finding.message, None, finding.token)
@@ -780,6 +808,10 @@ class BashToolPolicy:
             problem = self._hardening(cmd)
             if problem is not None:
                 return problem
+            if specs and cmd.words:
+                problem = self._spec(cmd, specs)
+                if problem is not None:
+                    return problem
         if not wildcard:
             for finding in script.findings:
                 if finding.rule == "R2":
@@ -903,6 +935,19 @@ class BashToolPolicy:
         shown = [" ".join(p) for p in prefixes.entries]
         listed = ", ".join(shown[:20]) + (", …" if len(shown) > 20 else "")
         return f"Allowed prefixes: {_shown(listed, 400)}."
+
+    def _spec(self, cmd: SimpleCommand, specs: Mapping[str, ProgramSpec]) -> _Blocked | None:
+        """R7 as an allowlist: the command line must fit its program's spec."""
+        violation = check_spec(cmd.words, specs)
+        if violation is None:
+            return None
+        return _Blocked(
+            "R7",
+            f"{violation.message} [spec {violation.spec!r}]. Run it without that, or extend "
+            "the spec ([programs] in the policy file) if it is safe.",
+            cmd.text,
+            violation.token,
+        )
 
     def _hardening(self, cmd: SimpleCommand) -> _Blocked | None:
         """R7 for one simple command: its program, and any program a wrapper runs."""
@@ -1036,7 +1081,7 @@ _STRING_TUPLES = ("allowed_command_prefixes", "blocked_operators", "inherit_env"
 _OPTIONAL_LIMITS = ("max_memory_bytes", "max_file_size_bytes", "max_child_processes")
 _LIMITS = ("max_output_bytes", "max_command_bytes", "max_parse_depth")
 _SECONDS = ("timeout_seconds", "max_parse_seconds")
-_FILE_ONLY = ("default_hardening", "description")
+_FILE_ONLY = ("default_hardening", "description", "programs")
 _RULE_KEYS = ("why", "program", "option", "pattern", "subcommands", "before_subcommand",
               "unless_any", "analyzer", "env", "redirect")  # fmt: skip
 
@@ -1121,6 +1166,15 @@ def _from_mapping(
                 )
         elif key == "hardening":
             kwargs[key] = _rules_from(source, value)
+        elif key == "program_specs":
+            if value != "builtin":
+                raise PolicyFileError(
+                    f'{source}: program_specs = {value!r} is invalid: write "builtin" (the '
+                    "specs shipped with sandbox), and add or replace specs in [programs.NAME] "
+                    "tables.")
+            kwargs[key] = dict(builtin_specs())
+        elif key == "programs":
+            pass  # after program_specs, below
         elif key in ("default_hardening", "description"):
             expected = bool if key == "default_hardening" else str
             if not isinstance(value, expected):
@@ -1128,6 +1182,18 @@ def _from_mapping(
                     f"{source}: {key} = {value!r} is invalid: write a "
                     f"{'boolean' if expected is bool else 'string'}."
                 )
+    if "allowed_command_prefixes" not in data:
+        raise PolicyFileError(
+            f"{source}: allowed_command_prefixes is missing. A policy file must state its "
+            'allowlist, e.g. allowed_command_prefixes = ["ls", "git status"]; to allow every '
+            'program write allowed_command_prefixes = ["*"].'
+        )
+    if "programs" in data:
+        try:
+            kwargs["program_specs"] = merged_specs(
+                kwargs.get("program_specs", {}), data["programs"], source=source)
+        except ConfigurationError as exc:
+            raise PolicyFileError(str(exc)) from None
     extra: tuple[HardeningRule, ...] = kwargs.pop("hardening", ())
     base = DEFAULT_HARDENING if data.get("default_hardening", True) else ()
     kwargs["hardening"] = base + extra
