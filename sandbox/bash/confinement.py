@@ -322,7 +322,8 @@ def plan(
     drops_to_uid: bool = False,
 ) -> tuple[Confinement | None, dict[str, str]]:
     """The confinement of one run and the report of every layer ("active: ..." or
-    "inactive: <reason>").
+    "inactive: <reason>"); the report's "missing" entry, present only when some layer
+    the request needs is lacking (under "best-effort"), names each with the reason.
 
     Raises ConfinementUnavailable under mode="required" when a layer the request needs
     is missing, naming each missing layer and why.
@@ -418,6 +419,8 @@ def plan(
         say("netns", False, kernel.missing["netns"])
     if drops_to_uid:
         report["identity"] = "active: runs as an unprivileged uid"
+    if missing:
+        report["missing"] = "; ".join(f"{layer} ({why})" for layer, why in missing.items())
     return confinement, report
 
 
