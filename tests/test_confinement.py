@@ -485,3 +485,12 @@ async def test_an_unprivileged_agent_confines_its_commands(listener: socket.sock
         victim.kill()
         victim.wait()
         shutil.rmtree(ws, ignore_errors=True)
+
+
+@needs_root
+async def test_root_cannot_raise_its_limits_or_set_the_clock(workspace: Path) -> None:
+    result = await run(workspace, "ulimit -H -v unlimited; echo $?; date -s @0; echo $?",
+                       max_memory_bytes=1 << 30)  # fmt: skip
+    assert result["stdout"].split("\n")[0] == "1"
+    assert result["stdout"].split()[-1] == "1"
+    assert result["stderr"].count("Operation not permitted") == 2

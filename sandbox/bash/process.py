@@ -669,15 +669,23 @@ def detect_protections() -> dict[str, Any]:
         "path); rlimits through preexec_fn when any limit is set (rlimits_via="
         "'prologue' uses bash's ulimit instead); preexec_fn always with drop_privileges"
     )
+    confined = detect_confinement()
+    raise_again = (
+        "enforced (a root command cannot raise it: its capabilities are dropped)"
+        if confined.has("capabilities")
+        else "enforced (can be raised again by a root command)"
+    )
     report["rlimits"] = {
-        "RLIMIT_AS": "enforced (can be raised again by a root command)" if root else "enforced",
-        "RLIMIT_FSIZE": "enforced (can be raised again by a root command)" if root else "enforced",
-        "RLIMIT_NPROC": "ineffective for root" if root else "enforced per uid",
+        "RLIMIT_AS": raise_again if root else "enforced",
+        "RLIMIT_FSIZE": raise_again if root else "enforced",
+        "RLIMIT_NPROC": "ineffective for root (uid 0 is exempt even without capabilities)"
+        if root
+        else "enforced per uid",
         "RLIMIT_CORE": "0 whenever a limit is set",
     }
     confinement = describe_kernel()
     report["confinement"] = confinement
-    landlock = detect_confinement().has("landlock-scopes")
+    landlock = confined.has("landlock-fs")
     report["agent_environment_readable_by_command"] = (
         "no: Landlock forbids ptrace access (and so /proc/<pid>/environ) outside the "
         "command's domain"
