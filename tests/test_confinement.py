@@ -494,3 +494,31 @@ async def test_root_cannot_raise_its_limits_or_set_the_clock(workspace: Path) ->
     assert result["stdout"].split("\n")[0] == "1"
     assert result["stdout"].split()[-1] == "1"
     assert result["stderr"].count("Operation not permitted") == 2
+
+
+@pytest.mark.skipif(shutil.which("python3") is None, reason="needs python3 on PATH")
+async def test_unix_sockets_outside_are_unreachable_unless_network_host(workspace: Path) -> None:
+    # Landlock does not govern connect() on a pathname unix socket, and a network
+    # namespace does not isolate them: the seccomp filter refuses socket(AF_UNIX).
+    sockdir = Path(tempfile.mkdtemp(prefix="sandbox-test-sock-"))
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(str(sockdir / "daemon.sock"))
+        server.listen()
+        server.setblocking(False)
+        script = (
+            "import socket\n"
+            "a, b = socket.socketpair(); print('socketpair: ok')\n"
+            "s = socket.socket(socket.AF_UNIX)\n"
+            f"s.connect({str(sockdir / 'daemon.sock')!r}); print('connected')\n"
+        )
+        (workspace / "unix.py").write_text(script)
+        result = await run(workspace, "python3 unix.py")
+        assert result["stdout"] == "socketpair: ok\n"
+        assert "PermissionError" in result["stderr"]
+        assert not _accepted(server)
+        result = await run(workspace, "python3 unix.py", network="host")
+        assert result["stdout"] == "socketpair: ok\nconnected\n"
+    finally:
+        server.close()
+        shutil.rmtree(sockdir, ignore_errors=True)

@@ -163,6 +163,7 @@ class Confinement:
     landlock_net: bool = False
     landlock_scopes: bool = False
     seccomp: bool = False
+    deny_unix_sockets: bool = False
     drop_capabilities: bool = True
     no_new_privs: bool = True
     new_netns: bool = False
@@ -366,6 +367,7 @@ def plan(
         landlock_net=landlock_net,
         landlock_scopes=kernel.has("landlock-scopes"),
         seccomp=kernel.has("seccomp"),
+        deny_unix_sockets=request.network != "host",
         drop_capabilities=True,
         no_new_privs=True,
         new_netns=use_netns,
@@ -399,8 +401,9 @@ def plan(
     else:
         say("landlock-scopes", False, kernel.missing["landlock-scopes"])
     if confinement.seccomp:
+        unix = ", and unix sockets (socketpair excepted)" if confinement.deny_unix_sockets else ""
         say("seccomp", True, f"{len(DENIED_SYSCALLS)} syscalls (ptrace, mount, bpf, "
-            "kexec, keyctl, modules, namespaces, clock, ...) fail with EPERM")  # fmt: skip
+            f"kexec, keyctl, modules, namespaces, clock, ...){unix} fail with EPERM")  # fmt: skip
     else:
         say("seccomp", False, kernel.missing["seccomp"])
     if root or confinement.new_userns:
@@ -595,6 +598,8 @@ DENIED_SYSCALLS: Mapping[str, int] = {
 _SYS_CLONE = 56
 _SYS_CLONE3 = 435
 _SYS_IOCTL = 16
+_SYS_SOCKET = 41
+_AF_UNIX = 1
 # clone() flags that create namespaces; clone3 passes its flags in memory that a filter
 # cannot read, so it fails with ENOSYS and the C library falls back to clone().
 _CLONE_NAMESPACES = (0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
@@ -606,8 +611,14 @@ _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
 
 
-def seccomp_program() -> bytes:
-    """The BPF filter, as struct sock_filter[] bytes (x86_64)."""
+def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
+    """The BPF filter, as struct sock_filter[] bytes (x86_64).
+
+    deny_unix_sockets: `socket(AF_UNIX, ...)` fails too. Landlock does not govern
+    `connect` on a pathname unix socket, and a network namespace does not isolate them,
+    so without this a root command could talk to any root-owned daemon socket it can
+    name (/run/docker.sock). `socketpair` stays allowed.
+    """
     deny_eperm = _RET_ERRNO | errno.EPERM
     # (code, jt-label, jf-label, k); labels are resolved to relative offsets below.
     prog: list[tuple[int, str | int, str | int, int]] = [
@@ -619,6 +630,8 @@ def seccomp_program() -> bytes:
         (_BPF_JEQ, "ioctl", 0, _SYS_IOCTL),
         (_BPF_JEQ, "enosys", 0, _SYS_CLONE3),
     ]
+    if deny_unix_sockets:
+        prog.append((_BPF_JEQ, "socket", 0, _SYS_SOCKET))
     prog += [(_BPF_JEQ, "deny", 0, nr) for nr in sorted(DENIED_SYSCALLS.values())]
     prog.append((_BPF_JEQ, "allow", "allow", 0))  # jump over the argument checks
     labels: dict[str, int] = {"clone": len(prog)}
@@ -631,6 +644,11 @@ def seccomp_program() -> bytes:
         (_BPF_LD_W_ABS, 0, 0, 24),  # args[1], low half: the request
         (_BPF_JEQ, "deny", 0, _TIOCSTI),
         (_BPF_JEQ, "deny", "allow", _TIOCLINUX),
+    ]
+    labels["socket"] = len(prog)
+    prog += [
+        (_BPF_LD_W_ABS, 0, 0, 16),  # args[0]: the address family
+        (_BPF_JEQ, "deny", "allow", _AF_UNIX),
     ]
     # BPF jumps only forward: the verdicts come last.
     labels["allow"] = len(prog)
@@ -683,7 +701,9 @@ class Prepared:
         self._ruleset = -1
         if c.landlock_abi and (c.landlock_fs or c.landlock_net or c.landlock_scopes):
             self._ruleset = _ruleset(c)
-        program = seccomp_program() if c.seccomp else b""
+        program = (
+            seccomp_program(deny_unix_sockets=c.deny_unix_sockets) if c.seccomp else b""
+        )
         self._bpf = ctypes.create_string_buffer(program, max(len(program), 1))
         self._fprog = _SockFprog(len(program) // 8, ctypes.addressof(self._bpf))
         self._cap_header = struct.pack("=Ii", _LINUX_CAPABILITY_VERSION_3, 0)
