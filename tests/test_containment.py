@@ -29,8 +29,8 @@ import anyio
 import psutil  # type: ignore[import-untyped, unused-ignore]
 import pytest
 
-from sandbox.bash.containment import MECHANISMS, availability
 from sandbox.bash.confinement import ConfinementRequest
+from sandbox.bash.containment import MECHANISMS, availability
 from sandbox.bash.process import Limits, ProcessResult, detect_protections, find_bash, run_bash
 
 pytestmark = [pytest.mark.containment, pytest.mark.anyio]
