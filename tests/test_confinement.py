@@ -522,3 +522,20 @@ async def test_unix_sockets_outside_are_unreachable_unless_network_host(workspac
     finally:
         server.close()
         shutil.rmtree(sockdir, ignore_errors=True)
+
+
+@needs_landlock
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+async def test_an_unreachable_home_becomes_the_private_tmpdir(workspace: Path) -> None:
+    # git dies on a configuration file it may not read; /root is out of reach.
+    workspace.chmod(0o755)
+    subprocess.run(["git", "init", "-q"], cwd=workspace, check=True)
+    result = await run(workspace, 'echo "$HOME"; git status --short; echo "rc=$?"',
+                       env={"PATH": "/usr/bin:/bin", "HOME": "/root"})  # fmt: skip
+    home, *rest = result["stdout"].splitlines()
+    assert home.startswith(tempfile.gettempdir()) and "sandbox-tmp-" in home
+    assert rest[-1] == "rc=0", result
+    assert "HOME=/root" in result["containment"]["home"]
+    kept = await run(workspace, 'echo "$HOME"', env={"PATH": "/usr/bin:/bin",
+                                                     "HOME": str(workspace)})  # fmt: skip
+    assert kept["stdout"].strip() == str(workspace)

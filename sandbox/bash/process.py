@@ -338,6 +338,15 @@ def _check_command(command: str) -> None:
         )
 
 
+def _reachable(path: str, granted: tuple[str, ...]) -> bool:
+    real = os.path.realpath(path)
+    return any(
+        real == os.path.realpath(g) or real.startswith(os.path.realpath(g).rstrip("/") + "/")
+        for g in granted
+        if not g.endswith("/")  # "dir/" grants listing only
+    )
+
+
 def _usable_by(path: Path, uid: int, gid: int, need_write: bool) -> bool:
     st = os.stat(path)
     if st.st_uid == uid:
@@ -511,6 +520,19 @@ async def run_bash(
                 plan_request, workspace=workdir, tmpdir=tmpdir, drops_to_uid=uid is not None
             )
             setup = replace(setup, confinement=plan_confinement)
+            home = env.get("HOME")
+            if (
+                plan_confinement is not None
+                and plan_confinement.landlock_fs
+                and tmpdir is not None
+                and home is not None
+                and not _reachable(home, plan_confinement.read_paths + plan_confinement.write_paths)
+            ):
+                # A HOME the command cannot read breaks programs that read their
+                # configuration there (git dies on EACCES): give it an empty private one.
+                env = {**env, "HOME": tmpdir}
+                protections = {**(protections or {}), "home": f"active: HOME={home} is out "
+                               "of the command's reach; it is the private TMPDIR instead"}  # fmt: skip
         # Placement must precede an identity change, which a prologue running in the
         # unprivileged shell cannot do, and Landlock, after which the cgroup files are
         # out of reach: then the preexec_fn does everything. Otherwise the cgroup
