@@ -37,6 +37,20 @@ def _time(fn: Callable[[], None], runs: int) -> float:
     return statistics.median(samples) * 1e6
 
 
+def _interleaved(fns: list[Callable[[], None]], runs: int) -> list[float]:
+    """Median µs of each, measured round-robin so that load drifting on a shared
+    machine weighs on every row alike."""
+    samples: list[list[float]] = [[] for _ in fns]
+    for fn in fns:
+        fn()  # warm up
+    for _ in range(runs):
+        for i, fn in enumerate(fns):
+            started = time.perf_counter()
+            fn()
+            samples[i].append(time.perf_counter() - started)
+    return [statistics.median(s) * 1e6 for s in samples]
+
+
 def _spawn(confinement: Confinement | None) -> Callable[[], None]:
     def once() -> None:
         if confinement is None:
@@ -81,12 +95,10 @@ def main() -> None:
     ]  # fmt: skip
     print(f"Landlock ABI {abi}; missing: {dict(kernel.missing) or 'nothing'}; {runs} runs each")
     print(f"{'layer':40} {'median µs':>10} {'vs empty preexec_fn':>20}")
-    base = None
-    for name, confinement in rows:
-        micros = _time(_spawn(confinement), runs)
-        if confinement is nothing:
-            base = micros
-        delta = "" if base is None or confinement is nothing else f"{micros - base:+.0f}"
+    medians = _interleaved([_spawn(c) for _, c in rows], runs)
+    base = medians[1]
+    for i, ((name, _), micros) in enumerate(zip(rows, medians, strict=True)):
+        delta = f"{micros - base:+.0f}" if i >= 2 else ""
         print(f"{name:40} {micros:10.0f} {delta:>20}")
     prep = _time(lambda: prepare(full).close(), runs)
     print(f"{'  of which prepare() in the parent':40} {prep:10.0f}")
