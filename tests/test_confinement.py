@@ -539,3 +539,20 @@ async def test_an_unreachable_home_becomes_the_private_tmpdir(workspace: Path) -
     kept = await run(workspace, 'echo "$HOME"', env={"PATH": "/usr/bin:/bin",
                                                      "HOME": str(workspace)})  # fmt: skip
     assert kept["stdout"].strip() == str(workspace)
+
+
+@pytest.mark.parametrize("layer", confinement.LAYERS)
+async def test_each_missing_layer_is_refused_under_required_and_reported_otherwise(
+    workspace: Path, simulate: Any, layer: str
+) -> None:
+    simulate(layer)
+    refused = await run(workspace, "touch ran", confinement="required")
+    assert layer in refused["error"] and not (workspace / "ran").exists()
+    ran = await run(workspace, "touch ran")
+    assert ran["returncode"] == 0 and (workspace / "ran").exists()
+    assert layer in ran["confinement_missing"]
+    state = ran["containment"][layer]
+    if layer == "no-new-privs":  # Landlock and seccomp cannot be had without it
+        assert state == "active: set anyway: Landlock and seccomp need it"
+    else:
+        assert state.startswith("inactive: simulated"), state

@@ -368,8 +368,8 @@ def plan(
         landlock_scopes=kernel.has("landlock-scopes"),
         seccomp=kernel.has("seccomp"),
         deny_unix_sockets=request.network != "host",
-        drop_capabilities=True,
-        no_new_privs=True,
+        drop_capabilities=kernel.has("capabilities"),
+        no_new_privs=kernel.has("no-new-privs"),
         new_netns=use_netns,
         loopback_up=use_netns and request.network == "loopback",
         new_userns=use_netns and not root,
@@ -406,13 +406,20 @@ def plan(
             f"kexec, keyctl, modules, namespaces, clock, ...){unix} fail with EPERM")  # fmt: skip
     else:
         say("seccomp", False, kernel.missing["seccomp"])
-    if root or confinement.new_userns:
+    if not confinement.drop_capabilities:
+        say("capabilities", False, kernel.missing["capabilities"])
+    elif root or confinement.new_userns:
         say("capabilities", True, "every capability dropped, bounding and ambient sets "
             "included")  # fmt: skip
     else:
         say("capabilities", True, "unprivileged uid: none held; the bounding set stays "
             "(no_new_privs stops setuid and file capabilities)")  # fmt: skip
-    say("no-new-privs", True, "set")
+    if confinement.no_new_privs:
+        say("no-new-privs", True, "set")
+    elif confinement.landlock_fs or confinement.seccomp:
+        say("no-new-privs", True, "set anyway: Landlock and seccomp need it")
+    else:
+        say("no-new-privs", False, kernel.missing["no-new-privs"])
     if request.network == "host":
         say("netns", False, "network='host' in the policy")
     elif use_netns:
