@@ -716,7 +716,7 @@ class Prepared:
         self._cap_header = struct.pack("=Ii", _LINUX_CAPABILITY_VERSION_3, 0)
         self._cap_header_buf = ctypes.create_string_buffer(self._cap_header, 8)
         self._cap_data_buf = ctypes.create_string_buffer(24)
-        self._last_cap = _last_cap()
+        self._caps = [ctypes.c_ulong(cap) for cap in range(_last_cap() + 1)]
         self._ifreq = struct.pack("16sH14s", b"lo", _IFF_UP_RUNNING, b"")
         self._uid_map = b"%d %d 1" % (c.euid, c.euid)
         self._gid_map = b"%d %d 1" % (c.egid, c.egid)
@@ -754,8 +754,8 @@ class Prepared:
     def drop_bounding_set(self) -> None:
         if not self.confinement.drop_capabilities:
             return
-        for cap in range(self._last_cap + 1):
-            if _libc.prctl(_PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) != 0:
+        for cap in self._caps:
+            if _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
                 err = ctypes.get_errno()
                 if err == errno.EPERM:
                     return  # unprivileged, no user namespace: holds none to drop
@@ -798,7 +798,10 @@ class Prepared:
             self._ruleset = -1
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except OSError:
+            pass
 
 
 def prepare(confinement: Confinement) -> Prepared:
