@@ -1,4 +1,5 @@
-"""What happens in the child before the user's command: cgroups, rlimits, identity.
+"""What happens in the child before the user's command: cgroups, rlimits, identity,
+OS confinement.
 
 Two ways to do it, chosen per run by the process layer:
 
@@ -8,13 +9,17 @@ Two ways to do it, chosen per run by the process layer:
   with vfork, 2.0 ms with any `preexec_fn` from a small interpreter, and 7.7 ms from a
   500 MiB one (fork copies the page tables). `preexec_fn` is also documented as unsafe
   in a process with threads, which agents usually have.
-- A **preexec_fn** (`preexec_fn`), only when the command must run as another user: the
+- A **preexec_fn** (`preexec_fn`), when the command must run as another user (the
   cgroup writes need root, so they must happen before the identity changes, which a
-  prologue in the unprivileged shell cannot do.
+  prologue in the unprivileged shell cannot do) and whenever the run is confined
+  (Landlock, namespaces, capabilities and seccomp can only be applied between fork and
+  exec; once Landlock applies, the cgroup files are out of reach, so placement moves
+  here too). Everything it needs is plain data in `ChildSetup`, so a spawner process
+  can run the very same function in its own fork.
 
-Both set rlimits as soft = hard, and RLIMIT_CORE to 0 whenever anything is set. Neither
-stops a root command from raising its own limits again or leaving its cgroup: against
-root, these bound accidents and runaway programs, not an adversary (see SECURITY.md).
+Both set rlimits as soft = hard, and RLIMIT_CORE to 0 whenever anything is set. Without
+confinement neither stops a root command from raising its own limits again or leaving
+its cgroup; the confinement's dropped capabilities and Landlock rules do (SECURITY.md).
 """
 
 from __future__ import annotations

@@ -10,8 +10,10 @@ The life of one run (`run_bash`):
    spawned. A builtin-only prologue in front of the command moves the shell into its
    cgroups and sets its rlimits before any user code runs (the race analysis is on
    `child.shell_prologue`), so no `preexec_fn` is needed and CPython spawns with vfork,
-   at a cost independent of the agent's size. Only a run that drops privileges uses a
-   `preexec_fn`, because the cgroup writes must precede the identity change.
+   at a cost independent of the agent's size. A run that drops privileges or is
+   confined (confinement.py: Landlock, namespaces, capabilities, seccomp) uses a
+   `preexec_fn` instead, because the cgroup writes must precede the identity change
+   and Landlock; a confined run also gets a private TMPDIR, removed in step 3.
 2. Two readers copy stdout and stderr into bounded head+tail buffers while a pidfd
    tells us when the shell itself exits. We do not wait for EOF on the pipes: a
    background job (`sleep 300 & echo hi`) holds them open as long as it lives, which
