@@ -556,3 +556,9 @@ async def test_each_missing_layer_is_refused_under_required_and_reported_otherwi
         assert state == "active: set anyway: Landlock and seccomp need it"
     else:
         assert state.startswith("inactive: simulated"), state
+
+
+@needs_landlock
+async def test_a_missing_extra_path_is_reported(workspace: Path) -> None:
+    result = await run(workspace, "true", readable_paths=("/nonexistent/tools",))
+    assert "not found, so not granted: /nonexistent/tools" in result["containment"]["landlock-fs"]

@@ -382,8 +382,11 @@ def plan(
         report[layer] = f"active: {what}" if active else f"inactive: {what}"
 
     if confinement.landlock_fs:
+        absent = [p for p in (*request.readable_paths, *request.writable_paths)
+                  if not os.path.exists(p)]  # fmt: skip
+        note = f"; not found, so not granted: {', '.join(absent)}" if absent else ""
         say("landlock-fs", True, f"ABI {abi}; workspace {ws_rights}, private TMPDIR "
-            "read-write, system directories read-only, nothing else")  # fmt: skip
+            f"read-write, system directories read-only, nothing else{note}")  # fmt: skip
     else:
         say("landlock-fs", False, kernel.missing["landlock-fs"])
     if request.network == "host":
