@@ -481,7 +481,9 @@ class BashToolPolicy:
     The remaining fields are this library's: output and input bounds, the child's
     environment (nothing is inherited unless named in ``inherit_env``), whether to
     drop root privileges (None: when running as root), the commands that need no
-    human confirmation, and the R7 hardening table.
+    human confirmation, the R7 hardening table, and the OS confinement of every
+    command (``filesystem``, ``readable_paths``, ``writable_paths``, ``network``,
+    ``confinement``; see sandbox/bash/confinement.py and SECURITY.md).
     """
 
     allowed_command_prefixes: tuple[str, ...] = ("*",)
