@@ -37,6 +37,12 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import ConfigurationError, PolicyFileError
+from .confinement import (
+    CONFINEMENT_MODES,
+    FILESYSTEM_MODES,
+    NETWORK_MODES,
+    ConfinementRequest,
+)
 from .hardening import ANALYZERS, DEFAULT_HARDENING, PROGRAM_SYNTAX, HardeningRule, ProgramSyntax
 from .parse import (
     ParsedScript,
@@ -497,7 +503,9 @@ class BashToolPolicy:
     The remaining fields are this library's: output and input bounds, the child's
     environment (nothing is inherited unless named in ``inherit_env``), whether to
     drop root privileges (None: when running as root), the commands that need no
-    human confirmation, and the R7 hardening table.
+    human confirmation, the R7 hardening table, and the OS confinement of every
+    command (``filesystem``, ``readable_paths``, ``writable_paths``, ``network``,
+    ``confinement``; see sandbox/bash/confinement.py and SECURITY.md).
     """
 
     allowed_command_prefixes: tuple[str, ...] = ("*",)
@@ -517,9 +525,22 @@ class BashToolPolicy:
     no_confirmation_prefixes: tuple[str, ...] = ()
     hardening: tuple[HardeningRule, ...] = DEFAULT_HARDENING
     program_specs: Mapping[str, ProgramSpec] = field(default_factory=lambda: _NO_SPECS)
+    # OS confinement (see sandbox/bash/confinement.py and SECURITY.md).
+    filesystem: str = "read-write"
+    readable_paths: tuple[str, ...] = ()
+    writable_paths: tuple[str, ...] = ()
+    network: str = "none"
+    confinement: str = "best-effort"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+        for name in ("readable_paths", "writable_paths"):
+            set_(self, name, _tuple_of_str(name, getattr(self, name), "('/opt/tools',)",
+                                           blank_ok=True))  # fmt: skip
+        ConfinementRequest(
+            filesystem=self.filesystem, readable_paths=self.readable_paths,
+            writable_paths=self.writable_paths, network=self.network, mode=self.confinement,
+        )  # fmt: skip
         allowed = _tuple_of_str(
             "allowed_command_prefixes", self.allowed_command_prefixes, "('git status', 'ls')"
         )
@@ -1077,7 +1098,9 @@ def _rebuild_policy(cls: type[BashToolPolicy], values: dict[str, Any]) -> BashTo
 # -- policy files -------------------------------------------------------------------
 
 _STRING_TUPLES = ("allowed_command_prefixes", "blocked_operators", "inherit_env",
-                  "no_confirmation_prefixes")  # fmt: skip
+                  "no_confirmation_prefixes", "readable_paths", "writable_paths")  # fmt: skip
+_CHOICES = {"filesystem": FILESYSTEM_MODES, "network": NETWORK_MODES,
+            "confinement": CONFINEMENT_MODES}  # fmt: skip
 _OPTIONAL_LIMITS = ("max_memory_bytes", "max_file_size_bytes", "max_child_processes")
 _LIMITS = ("max_output_bytes", "max_command_bytes", "max_parse_depth")
 _SECONDS = ("timeout_seconds", "max_parse_seconds")
@@ -1164,6 +1187,13 @@ def _from_mapping(
                     f"{source}: drop_privileges = {value!r} is invalid: write true, false "
                     'or "auto".'
                 )
+        elif key in _CHOICES:
+            if value not in _CHOICES[key]:
+                raise PolicyFileError(
+                    f"{source}: {key} = {value!r} is invalid: write one of "
+                    + ", ".join(f'"{c}"' for c in _CHOICES[key]) + "."
+                )
+            kwargs[key] = value
         elif key == "hardening":
             kwargs[key] = _rules_from(source, value)
         elif key == "program_specs":
