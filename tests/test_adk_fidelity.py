@@ -429,3 +429,26 @@ def test_one_tool_instead_of_a_list_says_to_pass_a_list(tmp_path: Path) -> None:
     tool = FunctionTool(make_wipe(tmp_path / "log"))
     with pytest.raises(ConfigurationError, match=r"tools=\[wipe\]"):
         ToolRunner(tools=tool)  # type: ignore[arg-type]
+
+
+async def test_our_function_tool_runs_with_adks_own_tool_context(tmp_path: Path) -> None:
+    from google.adk.agents import LlmAgent
+    from google.adk.agents.invocation_context import InvocationContext
+    from google.adk.sessions import InMemorySessionService
+    from google.adk.tools.tool_context import ToolContext as AdkToolContext
+
+    service = InMemorySessionService()
+    session = await service.create_session(app_name="a", user_id="u")
+    invocation = InvocationContext(session_service=service, invocation_id="i",
+                                   agent=LlmAgent(name="a"), session=session)
+    tool = FunctionTool(make_wipe(tmp_path / "log"), require_confirmation=True)
+    ours_ctx = AdkToolContext(invocation, function_call_id="c1")
+    adks_ctx = AdkToolContext(invocation, function_call_id="c1")
+    ours = await tool.run_async(args={"target": "x"}, tool_context=ours_ctx)  # type: ignore[arg-type]
+    adks = await AdkFunctionTool(make_wipe(tmp_path / "log"), require_confirmation=True).run_async(
+        args={"target": "x"}, tool_context=adks_ctx)
+    assert ours == adks
+    assert ours_ctx.actions.skip_summarization is adks_ctx.actions.skip_summarization is True
+    assert (ours_ctx.actions.requested_tool_confirmations["c1"].hint
+            == adks_ctx.actions.requested_tool_confirmations["c1"].hint)
+    assert not (tmp_path / "log").exists()

@@ -192,7 +192,7 @@ class ExecuteBashTool(BaseTool):
         if refused is not None:
             return refused
         confirmation = tool_context.tool_confirmation
-        if not tool_context.gated and confirmation is None:
+        if not getattr(tool_context, "gated", False) and confirmation is None:
             hint = await self.confirmation_needed(args)
             if hint is not None:
                 tool_context.request_confirmation(hint=hint)

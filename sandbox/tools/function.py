@@ -144,7 +144,7 @@ class FunctionTool(BaseTool):
 
         An awaitable result (an ``async def`` behind a plain decorator) is awaited.
         """
-        gate_checked = tool_context.gated
+        gate_checked = getattr(tool_context, "gated", False)  # an ADK ToolContext has none
         if gate_checked and type(args) is _CheckedArgs and args.tool is self:
             # Converted by validate_args for the runner, which has not changed them since.
             kwargs = dict(args.kwargs)
