@@ -661,7 +661,7 @@ class ToolRunner:
                         confirmation_id=req.id, decision=status, reason=reason,
                         decided_by=decided_by, channel=channel,
                         scope=decision.scope if decision else None,
-                        shown=shown(_public(req), self._redacted(req.tool, req.args)),
+                        shown=_shown(tool, _public(req), self._redacted(req.tool, req.args)),
                         edited_args=self._redacted(req.tool, edited) if edited else None,
                         edit=_args_diff(self._redacted(req.tool, req.args),
                                         self._redacted(req.tool, edited),
@@ -809,6 +809,16 @@ def _approval(hint: str, payload: Any) -> ToolConfirmation:
         if len(_APPROVALS) < 256:
             _APPROVALS[hint] = confirmation
     return confirmation
+
+
+def _shown(tool: BaseTool, request: ConfirmationRequest,
+           args: dict[str, Any]) -> dict[str, Any]:
+    """What the human was shown, with the tool's own rendering of its arguments."""
+    try:
+        rendered = tool.render_args(args)
+    except Exception:  # a rendering that fails falls back to the arguments as JSON
+        rendered = None
+    return shown(request, args, rendered)
 
 
 def _expired(req: _Request) -> bool:

@@ -18,6 +18,7 @@ import anyio.to_thread
 from ..errors import ConfigurationError
 from ..tools.base import BaseTool, ToolArgumentError
 from ..tools.context import ToolContext
+from . import display as _display  # noqa: F401 - registers the "bash" highlighter
 from .confinement import ConfinementRequest
 from .parse import escape_controls
 from .policy import BashToolPolicy, PolicyDecision
@@ -173,6 +174,11 @@ class ExecuteBashTool(BaseTool):
             "commands": [list(argv) for argv in decision.commands],
             "workspace": str(self.workspace),
         }
+
+    def render_args(self, args: dict[str, Any]) -> str | None:
+        """The command line itself, as a human reads it (channels escape it)."""
+        command = args.get("command")
+        return command if isinstance(command, str) else None
 
     def rule_subjects(self, args: dict[str, Any]) -> tuple[tuple[str, ...], ...] | None:
         command = args.get("command", "")
