@@ -31,6 +31,7 @@ from ..errors import (
 )
 from ..tools.base import BaseTool, ToolArgumentError
 from ..tools.context import OUTER_CALL, ToolConfirmation, ToolContext
+from .consult import Failure, consult
 from .display import shown
 from .models import ConfirmationRequest, Decision, args_digest, canonical_json, digest_of
 from .providers import (
@@ -39,7 +40,6 @@ from .providers import (
     ConfirmationProvider,
     fixed_answer,
     parse_answer,
-    to_decision,
 )
 from .rules import Rule, RuleBook
 from .store import ApprovalStore, CallRecord, _dt, _Owner, new_id
@@ -48,17 +48,6 @@ T = TypeVar("T")
 
 #: Longest call id accepted (ADK's and OpenAI's ids are a few dozen characters).
 MAX_CALL_ID = 256
-
-
-class _Failure:
-    """Why a provider produced no decision: it raised, or ran out of time."""
-
-    def __init__(self, kind: str, message: str, *, cause: str | None = None) -> None:
-        self.kind = kind  # "error" | "timeout" | "pending"
-        self.message = message
-        #: What happened, without what it means for the request (for a pending wait
-        #: that then turns out expired).
-        self.cause = message if cause is None else cause
 
 
 class _Asked:
@@ -288,7 +277,7 @@ class ToolRunner:
             return {"status": "rejected", "error": message, "call_id": req.call_id}
         if req.status == "timed_out" or (req.status == "pending" and _expired(req)):
             # Whatever the answer, an expired request is recorded and reported as timed out.
-            return await self._apply(tool, req, _Failure(
+            return await self._apply(tool, req, Failure(
                 "timeout", f"confirmation {req.id} expired before it was answered"),
                 round_=rounds)
         if confirmation is None:
@@ -325,7 +314,7 @@ class ToolRunner:
         if args_digest(req.tool, req.args) != req.digest:
             # A request read back from the store runs only if its arguments still hash to
             # the digest it was asked (and will be granted) for.
-            return await self._apply(tool, req, _Failure(
+            return await self._apply(tool, req, Failure(
                 "error", "the stored arguments of this request do not match its digest (the "
                          "store was modified); refusing to run"), round_=rounds)
         return await self._apply(tool, req, decision, round_=rounds)
@@ -469,10 +458,10 @@ class ToolRunner:
         fixed = fixed_answer(self.provider)
         if fixed is not None:  # AutoApprove: known without building or sending the request
             return await self._apply(tool, req, fixed, round_=round_, ctx=ctx)
-        answer = await self._consult(self.provider, req)
-        if isinstance(answer, _Failure) and answer.kind == "pending" and _expired(req):
-            answer = _Failure("timeout", f"{answer.cause}, and the request expired")
-        if isinstance(answer, _Failure) and answer.kind == "pending":
+        answer = await consult(self.provider, _public(req))
+        if isinstance(answer, Failure) and answer.kind == "pending" and _expired(req):
+            answer = Failure("timeout", f"{answer.cause}, and the request expired")
+        if isinstance(answer, Failure) and answer.kind == "pending":
             self.audit.emit("tool.timed_out", tool=tool.name, call_id=call_id, digest=digest,
                             confirmation_id=req.id, still_pending=True,
                             channel=self.provider.name)
@@ -496,44 +485,11 @@ class ToolRunner:
             name, args, subjects=subjects, session_id=self.rule_session)
         return rid, created, rules
 
-    async def _consult(self, provider: ConfirmationProvider,
-                       req: _Request) -> Decision | _Failure:
-        timeout = provider.timeout
-        request = _public(req)
-        try:
-            if timeout:
-                # move_on_after, not fail_after: only our own deadline is a timeout. A
-                # TimeoutError the provider raises itself (its HTTP client, say) is a
-                # failure.
-                with anyio.move_on_after(timeout) as scope:
-                    answer = await provider.confirm(request)
-                timed_out = scope.cancelled_caught
-            else:  # no deadline: no cancel scope
-                answer = await provider.confirm(request)
-                timed_out = False
-        except ConfirmationTimedOutError as exc:
-            # The request itself expired while the provider waited (its deadline is in
-            # the store): a timeout, whatever on_timeout says.
-            return _Failure("timeout", str(exc))
-        except Exception as exc:
-            return _Failure("error", f"confirmation provider {provider.name} failed: "
-                                     f"{type(exc).__name__}: {exc}")
-        if timed_out:
-            if provider.on_timeout == "pending":
-                cause = f"no answer from {provider.name} within {timeout:g}s"
-                return _Failure("pending", f"{cause}; the request stays pending", cause=cause)
-            return _Failure("timeout", f"no answer from {provider.name} within {timeout:g}s")
-        try:
-            return to_decision(answer, channel=provider.name)
-        except Exception as exc:
-            return _Failure("error", f"confirmation provider {provider.name} failed: "
-                                     f"{type(exc).__name__}: {exc}")
-
     async def _apply(self, tool: BaseTool, req: _Request,
-                     answer: Decision | _Failure, *, round_: int,
+                     answer: Decision | Failure, *, round_: int,
                      ctx: ToolContext | None = None) -> dict[str, Any]:
         call_id = req.call_id
-        if isinstance(answer, _Failure):
+        if isinstance(answer, Failure):
             status = "timed_out" if answer.kind == "timeout" else "error"
             verb = "timed out" if status == "timed_out" else "failed"
             result = {"status": status,
