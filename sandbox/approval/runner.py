@@ -41,6 +41,7 @@ from .providers import (
     fixed_answer,
     parse_answer,
 )
+from .results import Awaiting, NotRun, Status
 from .rules import Rule, RuleBook
 from .store import ApprovalStore, CallRecord, _dt, _Owner, new_id
 
@@ -233,7 +234,7 @@ class ToolRunner:
         except (ToolArgumentError, ConfigurationError) as exc:
             message = exc.message if isinstance(exc, ToolArgumentError) else str(exc)
             self.audit.emit("tool.rejected", tool=name, call_id=call_id, reason=message)
-            return {"status": "error", "error": message}
+            return NotRun(Status.ERROR, message).to_dict()
         if self._offload:
             existing = await self._db(self.store.open_call, call_id, name, digest, args,
                                       self.session_id, args_json=text)
@@ -274,7 +275,7 @@ class ToolRunner:
                        "from a runner of that session")
             self.audit.emit("tool.rejected", tool=req.tool, call_id=req.call_id,
                             digest=req.digest, confirmation_id=req.id, reason=message)
-            return {"status": "rejected", "error": message, "call_id": req.call_id}
+            return NotRun(Status.REJECTED, message, req.call_id).to_dict()
         if req.status == "timed_out" or (req.status == "pending" and _expired(req)):
             # Whatever the answer, an expired request is recorded and reported as timed out.
             return await self._apply(tool, req, Failure(
@@ -310,7 +311,7 @@ class ToolRunner:
             )
             self.audit.emit("tool.rejected", tool=req.tool, call_id=req.call_id,
                             digest=args_digest(req.tool, args), reason=message)
-            return {"status": "rejected", "error": message, "call_id": req.call_id}
+            return NotRun(Status.REJECTED, message, req.call_id).to_dict()
         if args_digest(req.tool, req.args) != req.digest:
             # A request read back from the store runs only if its arguments still hash to
             # the digest it was asked (and will be granted) for.
@@ -465,7 +466,7 @@ class ToolRunner:
             self.audit.emit("tool.timed_out", tool=tool.name, call_id=call_id, digest=digest,
                             confirmation_id=req.id, still_pending=True,
                             channel=self.provider.name)
-            return {**_awaiting(req), "message": answer.message}
+            return _awaiting(req, answer.message)
         return await self._apply(tool, req, answer, round_=round_, ctx=ctx)
 
     def _park(self, call_id: str, name: str, args: dict[str, Any], args_json: str,
@@ -601,13 +602,12 @@ class ToolRunner:
             self.audit.emit("tool.timed_out", tool=tool.name, call_id=req.call_id,
                             digest=req.digest, confirmation_id=req.id, reason=str(exc),
                             answered_by=decided_by, channel=channel)
-            return {"status": "timed_out", "call_id": req.call_id,
-                    "error": f"Confirmation timed out: {exc}. The tool was not run."}
+            return NotRun(Status.TIMED_OUT, f"Confirmation timed out: {exc}. The tool was not "
+                          "run.", req.call_id).to_dict()
         except ConfirmationStateError as exc:
             self.audit.emit("tool.rejected", tool=tool.name, call_id=req.call_id,
                             digest=req.digest, confirmation_id=req.id, reason=str(exc))
-            return {"status": "rejected", "error": f"{exc}. Nothing was run.",
-                    "call_id": req.call_id}
+            return NotRun(Status.REJECTED, f"{exc}. Nothing was run.", req.call_id).to_dict()
         if not self.audit.enabled:  # what was shown is rendered only for a trail
             return None
         edited = decision.args if decision is not None and decision.args is not None else None
@@ -640,7 +640,7 @@ class ToolRunner:
                        "once and only for the exact arguments approved")
             self.audit.emit("tool.rejected", tool=tool.name, call_id=call_id, digest=digest,
                             reason=message)
-            return {"status": "rejected", "error": message, "call_id": call_id}
+            return NotRun(Status.REJECTED, message, call_id).to_dict()
         if self.audit.enabled:
             self.audit.emit("tool.started", tool=tool.name, call_id=call_id, digest=digest)
         if ctx is None:
@@ -700,14 +700,14 @@ class ToolRunner:
             await self._db(self.store.in_doubt)
             rec = await self._db(self.store.get_call, rec.call_id)
         if rec.state == "in_doubt":
-            return {"status": "in_doubt", "call_id": rec.call_id, "error": (
+            return NotRun(Status.IN_DOUBT, (
                 f"call {rec.call_id} started but its process ended before recording the "
                 "outcome; it will not be run again. Check its effects, then make a new call "
-                "with a new call id if it is still needed")}
+                "with a new call id if it is still needed"), rec.call_id).to_dict()
         if isinstance(rec.result, dict):
             return {**rec.result, "replayed": True}
-        return {"status": "running", "call_id": rec.call_id, "error": (
-            f"call {rec.call_id} is already {rec.state}; it will not be started twice")}
+        return NotRun(Status.RUNNING, f"call {rec.call_id} is already {rec.state}; it will not "
+                      "be started twice", rec.call_id).to_dict()
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -803,12 +803,5 @@ def _args_diff(old: dict[str, Any], new: dict[str, Any], new_digest: str) -> dic
     }
 
 
-def _awaiting(req: _Request) -> dict[str, Any]:
-    return {
-        "status": "awaiting_confirmation",
-        "confirmation_id": req.id,
-        "call_id": req.call_id,
-        "tool": req.tool,
-        "hint": req.hint,
-        "message": f"Waiting for a human to confirm this call (confirmation id {req.id}).",
-    }
+def _awaiting(req: _Request, message: str | None = None) -> dict[str, Any]:
+    return Awaiting(req.id, req.call_id, req.tool, req.hint, message).to_dict()
