@@ -43,6 +43,13 @@ def _with_marker(marker: str) -> list[int]:
     return found
 
 
+def _argv0(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
+        return ""
+
+
 def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -61,9 +68,12 @@ def test_a_killed_agent_takes_every_command_tree_with_it(how: int, tmp_path: Pat
     assert agent.stdout is not None
     spawner_pid = int(agent.stdout.readline())
     deadline = time.monotonic() + 20
-    while len(_with_marker(marker)) < 2 and time.monotonic() < deadline:
+    running = 0
+    while running < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert len(_with_marker(marker)) >= 2, "the command did not start"
+        # Both have exec'd (a cmdline read mid-exec can come back empty).
+        running = sum(_argv0(pid) in (marker, f"{marker}-main") for pid in _with_marker(marker))
+    assert running == 2, "the command did not start"
     agent.send_signal(how)
     agent.wait(timeout=10)
     died_at = time.monotonic()
