@@ -448,8 +448,10 @@ class GatedToolServer:
 
 
 def _progress_token(params: mtypes.CallToolRequestParams) -> Any:
-    meta = params.meta
-    return getattr(meta, "progress_token", None) if meta is not None else None
+    meta: Any = params.meta  # a TypedDict: the wire's _meta
+    if not isinstance(meta, dict):
+        return None
+    return meta.get("progress_token", meta.get("progressToken"))
 
 
 def _can_elicit_form(capabilities: mtypes.ClientCapabilities | None) -> bool:
@@ -481,15 +483,23 @@ READ_ONLY_PROGRAMS = frozenset({
     "basename", "dirname", "realpath", "readlink", "echo", "printf", "true", "false",
     "date", "uname", "whoami", "id", "hostname", "which", "nl", "od", "xxd", "hexdump",
     "md5sum", "sha1sum", "sha256sum", "column", "comm", "fold", "rev", "seq", "test",
-    "git status", "git log", "git diff", "git show", "git branch --list", "git rev-parse",
-    "git ls-files", "git blame", "git grep",
+    "git status", "git log", "git diff", "git show", "git blame", "git grep", "git ls-files",
+    "git ls-tree", "git rev-parse", "git rev-list", "git describe", "git shortlog",
+    "git cat-file", "git branch --list", "git branch --show-current", "git tag --list",
+    "git remote -v", "git config --get", "git config --list", "git reflog show",
+    "git stash list", "git merge-base", "git name-rev", "git for-each-ref",
+    "git count-objects",
 })
 #: Commands that write through an option of a program above; each one must be refused.
 _WRITE_PROBES = (
-    "echo x > f", "echo x >> f", "sort -o f x", "sort --output=f x", "tree -o f .",
+    "sort -o f x", "sort -uo f x", "sort --output=f x",
+    "tree -o f .",
     "find . -fprint f", "find . -fprintf f x", "find . -fls f", "find . -delete",
     "uniq x f", "git log --output=f", "git diff --output=f", "git show --output=f",
 )
+
+
+_WRITE_REDIRECTIONS = (">", ">>", ">|", "&>", "&>>", "2>", "<>")
 
 
 def bash_policy_is_read_only(policy: Any) -> bool:
@@ -501,11 +511,14 @@ def bash_policy_is_read_only(policy: Any) -> bool:
     prefixes = tuple(getattr(policy, "allowed_command_prefixes", ("*",)))
     if not prefixes or "*" in prefixes:
         return False
+    probes = list(_WRITE_PROBES)
     for prefix in prefixes:
         words = prefix.split()
         if not any(" ".join(words[:n]) in READ_ONLY_PROGRAMS for n in (1, 2, 3)):
             return False
-    return not any(policy.check(probe).allowed for probe in _WRITE_PROBES)
+        # A redirection writes a file whatever the program.
+        probes += [f"{prefix} {op} f" for op in _WRITE_REDIRECTIONS]
+    return not any(policy.check(probe).allowed for probe in probes)
 
 
 def tool_annotations(tool: BaseTool) -> mtypes.ToolAnnotations:
