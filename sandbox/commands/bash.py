@@ -28,8 +28,8 @@ def register(sub: Any) -> None:
         description="Decide a command under a policy, on the bash parse tree, and explain "
                     "the decision: rule, simple command, token. Exit 0 allowed, 1 blocked.",
         epilog="examples:\n"
-               "  sandbox check --policy policies/readonly.toml -- 'ls -la | wc -l'\n"
-               "  sandbox check --policy policies/git-readonly.toml --json -- git log -p",
+               "  sandbox check --policy readonly -- 'ls -la | wc -l'\n"
+               "  sandbox check --policy git-readonly --json -- git log -p",
         formatter_class=fmt,
     )
     _policy_arg(check)
@@ -46,8 +46,8 @@ def register(sub: Any) -> None:
                     f"({EXIT_BLOCKED} blocked, {EXIT_NOT_APPROVED} not approved, "
                     f"{EXIT_TIMED_OUT} timed out).",
         epilog="examples:\n"
-               "  sandbox run --policy policies/readonly.toml -- ls -la\n"
-               "  sandbox run --policy policies/python-dev.toml --workspace . -- pytest -q\n"
+               "  sandbox run --policy readonly -- ls -la\n"
+               "  sandbox run --policy python-dev --workspace . -- pytest -q\n"
                "  sandbox run --approve deny --json -- rm -rf build",
         formatter_class=fmt,
     )
@@ -73,14 +73,32 @@ def register(sub: Any) -> None:
 
 
 def _policy_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--policy", metavar="FILE",
-                        help="policy TOML file (default: allow every command, 30 s timeout)")
+    parser.add_argument("--policy", metavar="NAME|FILE",
+                        help="a shipped policy (readonly, git-readonly, python-dev) or a "
+                             "policy TOML file (default: allow every command, 30 s timeout)")
 
 
-def _load_policy(path: str | None) -> Any:
+def _load_policy(reference: str | None) -> Any:
+    from .. import policies
     from ..bash import BashToolPolicy
 
-    return BashToolPolicy() if path is None else BashToolPolicy.from_toml(path)
+    if reference is None:
+        return BashToolPolicy()
+    return BashToolPolicy.from_toml(policies.resolve(reference))
+
+
+def _has_terminal() -> bool:
+    try:
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
+    except OSError:
+        return False
+    return True
+
+
+NO_TERMINAL = ("this command needs approval and there is no terminal to ask on; run "
+               "`sandbox run` in a terminal, or choose who approves: --approve auto (run "
+               "it without asking) or --approve deny (refuse whatever needs approval). "
+               "The command was not run.")
 
 
 def _command(args: argparse.Namespace, verb: str) -> str | None:
@@ -140,6 +158,13 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     from ..approval import ToolRunner
 
+    if args.approve == "console" and policy.check(command).allowed and \
+            policy.needs_confirmation(command) and not _has_terminal():
+        if args.json:
+            print(json.dumps({"status": "error", "error": NO_TERMINAL}))
+        else:
+            print(f"sandbox run: {NO_TERMINAL}", file=sys.stderr)
+        return EXIT_NOT_APPROVED
     runner = ToolRunner(tools=[tool], provider=provider)
     result = anyio.run(_call_with_status, runner, command)
     if args.json:
