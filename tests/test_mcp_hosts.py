@@ -240,9 +240,12 @@ def test_elicitation_mode_is_sent_only_to_clients_that_know_it(
 
 
 async def wait_for_pending(store: ApprovalStore) -> list[Any]:
+    """Poll the store the way a web page or `sandbox approvals list` would."""
     with anyio.fail_after(15):
-        while not (pending := store.pending()):
+        pending = store.pending()
+        while not pending:
             await anyio.sleep(0.05)
+            pending = store.pending()
     return pending
 
 
@@ -259,8 +262,10 @@ async def test_a_call_the_client_cancels_is_recorded_as_cancelled(tmp_path: Path
             [request] = await wait_for_pending(ApprovalStore(db))
             tg.cancel_scope.cancel()  # the client abandons the call: notifications/cancelled
         with anyio.fail_after(10):
-            while ApprovalStore(db).get_request(request.id).status == "pending":
+            status = "pending"
+            while status == "pending":
                 await anyio.sleep(0.05)
+                status = ApprovalStore(db).get_request(request.id).status
         assert (await client.call_tool("read_note", {"name": "n"})).structured_content
     assert ApprovalStore(db).get_request(request.id).status == "cancelled"
     assert ApprovalStore(db).pending() == []
