@@ -165,8 +165,9 @@ def _run(args: argparse.Namespace) -> int:
         else:
             print(f"sandbox run: {NO_TERMINAL}", file=sys.stderr)
         return EXIT_NOT_APPROVED
-    runner = ToolRunner(tools=[tool], provider=provider)
-    result = anyio.run(_call_with_status, runner, command)
+    asking = _Asking(provider) if args.approve == "console" else None
+    runner = ToolRunner(tools=[tool], provider=asking or provider)
+    result = anyio.run(_call_with_status, runner, command, asking)
     if args.json:
         print(json.dumps(result, default=str))
     else:
@@ -196,18 +197,48 @@ def _provider(kind: str) -> Any:
     return ConsoleConfirmationProvider()
 
 
-async def _call_with_status(runner: Any, command: str) -> dict[str, Any]:
-    """Run the call; on a terminal, show a status line while the command runs."""
+class _Asking:
+    """Wraps the terminal provider so the status line knows when a human is being asked
+    (it must then stay quiet: the question and its prompt are on the same terminal)."""
+
+    def __init__(self, provider: Any) -> None:
+        self.provider = provider
+        self.name: str = provider.name
+        self.timeout: float | None = provider.timeout
+        self.on_timeout: Any = provider.on_timeout
+        self.asking = False
+
+    async def confirm(self, request: Any) -> Any:
+        self.asking = True
+        try:
+            return await self.provider.confirm(request)
+        finally:
+            self.asking = False
+
+
+async def _call_with_status(runner: Any, command: str,
+                            asking: _Asking | None = None) -> dict[str, Any]:
+    """Run the call; on a terminal, show how long the command has been running (not
+    while a human is being asked: the prompt says it is waiting for an answer)."""
     result: dict[str, Any] = {}
     show = sys.stderr.isatty()
 
     async def status() -> None:
-        started = time.monotonic()
-        await anyio.sleep(1.0)
+        started: float | None = None
+        shown = False
         while True:
-            sys.stderr.write(f"\r\x1b[2K  … running for {time.monotonic() - started:.0f}s")
-            sys.stderr.flush()
-            await anyio.sleep(1.0)
+            await anyio.sleep(0.25)
+            if asking is not None and asking.asking:
+                started = None
+                continue
+            started = started if started is not None else time.monotonic()
+            if time.monotonic() - started >= 1.0:
+                sys.stderr.write(f"\r\x1b[2K  … running for "
+                                 f"{time.monotonic() - started:.0f}s")
+                sys.stderr.flush()
+                shown = True
+            elif shown:
+                sys.stderr.write("\r\x1b[2K")
 
     async with anyio.create_task_group() as tg:
         if show:
