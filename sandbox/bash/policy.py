@@ -85,8 +85,14 @@ _RULE_TITLES = {
     "R6": "cannot be parsed safely",
     "R7": "hardening",
     "R8": "control character",
+    "R9": "parser agreement",
 }
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Loop variables that only the script itself reads: lower case, and not one of the
+# lower-case names that programs (proxies) or bash read.
+_LOOP_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")
+_READ_LOWERCASE = frozenset({"http_proxy", "https_proxy", "ftp_proxy", "all_proxy",
+                             "no_proxy", "auto_resume", "histchars"})  # fmt: skip
 _ASSIGNMENT_ARG = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\+?=")
 _MAX_COMMAND_BYTES = 131071  # Linux MAX_ARG_STRLEN minus the NUL: bash -c fails past it
 _OPERATOR_CHARS = frozenset(";&|<>()$`{}[]!\n-0123456789")
@@ -737,7 +743,7 @@ class BashToolPolicy:
         allowed: _Prefixes = self.__dict__["_allowed"]
         wildcard = allowed.wildcard
         for finding in script.findings:
-            if finding.rule in ("R8", "R6"):
+            if finding.rule in ("R8", "R6", "R9"):
                 return _Blocked(finding.rule, finding.message, None, finding.token)
         if not script.source.strip() or (
             not script.commands
@@ -789,6 +795,19 @@ class BashToolPolicy:
         if prefixes.wildcard:
             return ("*",)
         text = cmd.text
+        if cmd.kind == "loop":
+            name = cmd.assignments[0].name
+            if (_LOOP_NAME.match(name) and name not in self.env and name not in self.inherit_env
+                    and name not in _READ_LOWERCASE):
+                return ()  # a shell variable no program and no part of bash reads
+            return _Blocked(
+                "R5",
+                f"the loop variable {name!r} is assigned on every iteration, and bash or the "
+                "programs it runs read that name; use a lower-case name of your own "
+                "(for f in …)",
+                text,
+                name,
+            )
         assigned = [scan_word(a.text).value for a in cmd.assignments] if cmd.assignments else []
         if not cmd.words:
             if not assigned:
