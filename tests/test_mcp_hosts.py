@@ -319,6 +319,10 @@ def test_startup_errors_speak_to_whoever_configures_the_host(tmp_path: Path) -> 
     assert "no module 'my_tools_module'" in missing_module and ".py:TOOLS" in missing_module
     failing = start_and_fail("--tools", f"{broken}:TOOLS").stderr
     assert "NameError" in failing and f"{broken}:3" in failing
+    typo = tmp_path / "typo_tools.py"
+    typo.write_text("def f(:\n    pass\n")
+    assert "SyntaxError" in (out := start_and_fail("--tools", f"{typo}:TOOLS").stderr)
+    assert f"{typo}:1" in out
     assert "has no attribute 'NOPE'" in start_and_fail("--tools", f"{TOOLS_FILE}:NOPE").stderr
     assert "is not a directory" in start_and_fail("--policy", "readonly", "--workspace",
                                                   "/nope").stderr

@@ -9,6 +9,7 @@ configuration: a host shows the server's stderr in its log, and otherwise only s
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -309,7 +310,8 @@ def _import_file(spec: str, source: str) -> Any:
     # The file's own folder first, so it can import its neighbours, as `python file.py`.
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))
-    name = f"sandbox_mcp_tools_{path.stem}"
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    name = f"sandbox_mcp_tools_{path.stem}_{digest}"  # two tools.py files never collide
     module_spec = importlib.util.spec_from_file_location(name, path)
     if module_spec is None or module_spec.loader is None:
         raise ConfigurationError(f"--tools {spec!r}: {source!r} cannot be imported as "
@@ -331,5 +333,7 @@ def _import_failure(spec: str, exc: BaseException) -> str:
     user = [f for f in frames if not f.filename.startswith(ours)
             and "importlib" not in f.filename]
     where = f" at {user[-1].filename}:{user[-1].lineno}" if user else ""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f" at {exc.filename}:{exc.lineno}"
     return (f"--tools {spec!r}: importing it raised {type(exc).__name__}: {exc}{where}; "
             "fix that code (run `python FILE.py` to see the full error)")
