@@ -145,6 +145,9 @@ def _run(args: argparse.Namespace) -> int:
         anyio.run(lambda: serve_http(gate, host=host, port=port, token=token, ready=ready))
     except SandboxError as exc:
         return _fail(str(exc))
+    except ImportError as exc:
+        return _fail(f"--http needs uvicorn ({exc}); install it with pip install "
+                     "'sandbox[mcp]'")
     return 0
 
 

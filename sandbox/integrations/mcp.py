@@ -399,6 +399,8 @@ class GatedToolServer:
                                   reason=reason, channel="mcp")
             except SandboxError:
                 continue  # answered in the meantime: that answer stands
+            except Exception:  # the cancellation itself must go on
+                continue  # the request then expires as timed out: still never run
             self.audit.emit("tool.cancelled", tool=tool, call_id=call_id,
                             confirmation_id=request.id, reason=reason)
 
