@@ -140,6 +140,12 @@ def test_read_only_hint_is_derived_from_the_policy(tmp_path: Path) -> None:
     assert sort_writes.check("sort -o out in").allowed
     assert not bash_policy_is_read_only(sort_writes)
     assert not bash_policy_is_read_only(BashToolPolicy(allowed_command_prefixes=("ls",)))
+    # Any program, but the OS keeps everything read-only and refuses to run otherwise.
+    confined = dict(filesystem="read-only", network="none")
+    assert bash_policy_is_read_only(BashToolPolicy(**confined, confinement="required"))
+    assert not bash_policy_is_read_only(BashToolPolicy(**confined))  # best-effort
+    assert not bash_policy_is_read_only(BashToolPolicy(**confined, confinement="required",
+                                                       writable_paths=("/srv",)))
 
 
 # -- protocol details -------------------------------------------------------------------

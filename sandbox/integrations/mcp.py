@@ -507,9 +507,18 @@ _WRITE_REDIRECTIONS = (">", ">>", ">|", "&>", "&>>", "2>", "<>")
 def bash_policy_is_read_only(policy: Any) -> bool:
     """True when ``policy`` lets through only read-only programs and no write.
 
-    Decided from the policy itself: every allowed prefix must name a program in
-    `READ_ONLY_PROGRAMS`, and every probe in ``_WRITE_PROBES`` must be refused.
+    Decided from the policy itself: either the OS must enforce it (``filesystem =
+    "read-only"``, no ``writable_paths``, ``network = "none"``, ``confinement =
+    "required"``), or every allowed prefix must name a program in `READ_ONLY_PROGRAMS`
+    and every probe in ``_WRITE_PROBES`` (and every write redirection) be refused.
     """
+    if (getattr(policy, "filesystem", None) == "read-only"
+            and not getattr(policy, "writable_paths", ())
+            and getattr(policy, "network", None) == "none"
+            and getattr(policy, "confinement", None) == "required"):
+        # The OS enforces it: a command that cannot get read-only Landlock and no
+        # network is refused, so whatever program runs, it writes nothing outside.
+        return True
     prefixes = tuple(getattr(policy, "allowed_command_prefixes", ("*",)))
     if not prefixes or "*" in prefixes:
         return False
