@@ -20,8 +20,8 @@ def test_sizes_are_written_the_same_in_python_as_in_a_policy_file(tmp_path: Path
     assert (policy.max_memory_bytes, policy.max_file_size_bytes, policy.max_output_bytes) == (
         1 << 30, 16 << 20, 4 << 10)
     toml = tmp_path / "p.toml"
-    toml.write_text('max_memory_bytes = "1GiB"\nmax_file_size_bytes = "16MiB"\n'
-                    'max_output_bytes = "4KiB"\n')
+    toml.write_text('allowed_command_prefixes = ["*"]\nmax_memory_bytes = "1GiB"\n'
+                    'max_file_size_bytes = "16MiB"\nmax_output_bytes = "4KiB"\n')
     assert BashToolPolicy.from_toml(toml) == policy
     assert BashToolPolicy(max_memory_bytes="1GB").max_memory_bytes == 10**9
     with pytest.raises(ConfigurationError, match=r"max_file_size_bytes='lots' is invalid"):
