@@ -237,7 +237,10 @@ class _PerCallProvider:
 async def _tick(report: Callable[[float, str], Awaitable[None]], tool: str) -> None:
     started = time.monotonic()
     while True:
-        await report(time.monotonic() - started, tool)
+        try:
+            await report(time.monotonic() - started, tool)
+        except Exception:  # a lost progress notification must not end the wait
+            pass
         await anyio.sleep(_INTERVAL.get())
 
 
