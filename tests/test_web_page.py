@@ -46,6 +46,7 @@ class ShellTool(FunctionTool):
 
 def shell_tool(effect: Path, *, confirm: Any = True) -> ShellTool:
     def shell(command: str) -> dict[str, Any]:
+        """Run a shell command in the project's workspace."""
         with open(effect, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(command) + "\n")
         return {"ran": command}
