@@ -80,7 +80,9 @@ APP_JS = r"""
 
   function pieces(container, parts) {
     clear(container);
-    for (const part of parts) container.appendChild(el("span", part[1] ? "ctl" : "", part[0]));
+    for (const part of parts) {
+      container.appendChild(el("span", part[1] === "cut" ? "cutmark" : part[1] ? "ctl" : "", part[0]));
+    }
   }
 
   // A cut, escaped text from the server: {pieces, chars, truncated}.
@@ -256,7 +258,7 @@ APP_JS = r"""
     const head = el("p", "status-head");
     head.appendChild(el("strong", "", outcomeText(answer)));
     const by = [];
-    if (mine) by.push("by you");
+    if (mine || entry.mine) by.push("by you");
     else if (answer.decided_by) by.push("by " + answer.decided_by);
     if (answer.channel) by.push("via " + answer.channel);
     if (by.length) head.appendChild(el("span", "by", " " + by.join(" ")));
@@ -314,7 +316,8 @@ APP_JS = r"""
     if (response.ok) {
       note.textContent = "Answered: " + body.outcome +
         (body.scope && body.scope !== "once" ? " (" + body.scope + ")" : "") + ".";
-      if (entry.state === "waiting") showState(entry, data.answer || {outcome: body.outcome, scope: body.scope}, false, true);
+      entry.mine = true;  // the first answer wins: this one is ours
+      if (entry.state !== "resolved") showState(entry, data.answer || {outcome: body.outcome, scope: body.scope}, false, true);
     } else if (data.status === "timed_out") {
       note.textContent = "Too late: " + (data.error || "this request expired");
       showState(entry, {status: "timed_out"}, true, false);
@@ -478,8 +481,7 @@ APP_JS = r"""
     digest.title = req.digest;
     if (req.args_truncated) {
       foot.classList.add("cut");
-      foot.appendChild(el("span", "", "Cut: showing the first " + number(visibleChars(req)) +
-        " of " + number(req.args_chars) + " characters · "));
+      foot.appendChild(el("span", "", "Cut to fit: " + number(req.args_chars) + " characters in all · "));
       foot.appendChild(digest);
       const all = button("Show all", "expand", "small");
       all.addEventListener("click", async function () {
@@ -503,12 +505,6 @@ APP_JS = r"""
     }
     box.appendChild(foot);
     return box;
-  }
-
-  function visibleChars(req) {
-    let n = 0;
-    for (const p of req.args_pieces) if (!p[1]) n += p[0].length; else n += 1;
-    return n;
   }
 
   function buildCard(req) {

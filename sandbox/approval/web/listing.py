@@ -16,6 +16,7 @@ import base64
 import binascii
 import json
 import re
+import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,8 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 #: Characters of arguments shown on a card before the rest is cut (expand to see all).
 DISPLAY_CHARS = 4000
+#: Characters of one string value in JSON arguments, so that every key stays in view.
+VALUE_CHARS = 600
 #: Characters of the hint, of the tool's description and of each detail or payload.
 TEXT_CHARS = 1000
 DETAILS_CHARS = 2000
@@ -37,6 +40,7 @@ MAX_BODY_BYTES = 1024 * 1024
 _COUNT_CHARS = 256 * 1024
 
 _ASCII_CONTROLS = re.compile(r"[\x00-\x1f\x7f]")
+_ASCII_CONTROLS_BUT_LAYOUT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 # -- paging --------------------------------------------------------------------------
@@ -120,9 +124,14 @@ def _cut_text(text: str, cap: int) -> dict[str, Any]:
             "truncated": len(text) > cap}
 
 
-def _controls(args: Any) -> tuple[int, bool]:
+def _controls(args: Any, *, layout: bool) -> tuple[int, bool]:
     """Control characters in the keys and string values of ``args``, counted within the
-    first `_COUNT_CHARS` characters; True when the count stopped there (at least)."""
+    first `_COUNT_CHARS` characters; True when the count stopped there (at least).
+
+    ``layout=False`` (a command line) counts every one; ``layout=True`` (JSON values:
+    file contents, messages) leaves out newlines and tabs, which are ordinary there and
+    which JSON shows as ``\\n`` and ``\\t`` anyway."""
+    pattern = _ASCII_CONTROLS_BUT_LAYOUT if layout else _ASCII_CONTROLS
     total = 0
     budget = _COUNT_CHARS
     stack: list[Any] = [args]
@@ -131,8 +140,12 @@ def _controls(args: Any) -> tuple[int, bool]:
         if isinstance(value, str):
             part = value[:budget]
             budget -= len(part)
-            total += (len(_ASCII_CONTROLS.findall(part)) if part.isascii()
-                      else count_controls(part))
+            if part.isascii():
+                total += len(pattern.findall(part))
+            else:
+                total += count_controls(part)
+                if layout:
+                    total -= part.count("\n") + part.count("\t")
             if budget <= 0:
                 return total, True
         elif isinstance(value, dict):
@@ -158,6 +171,43 @@ def _detail_text(value: Any) -> dict[str, Any]:
     return _cut_text(text, DETAILS_CHARS)
 
 
+def _shown_json(args: dict[str, Any]) -> Shown:
+    """Pretty JSON of ``args`` with each long string value shortened (marked as cut, and
+    how much), then the whole cut to `DISPLAY_CHARS`: a 45 KB file body does not push
+    the file's path out of view. A marker is a piece ``[text, "cut"]``, never text a
+    model could forge: it is found by a random nonce."""
+    nonce = secrets.token_hex(8)
+    cut = False
+
+    def shorten(value: Any) -> Any:
+        nonlocal cut
+        if isinstance(value, str) and len(value) > VALUE_CHARS:
+            cut = True
+            return f"{value[:VALUE_CHARS]}@@{nonce}:{len(value) - VALUE_CHARS}@@"
+        if isinstance(value, dict):
+            return {k: shorten(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [shorten(v) for v in value]
+        return value
+
+    full = json.dumps(args, indent=2, sort_keys=True, ensure_ascii=False, default=repr)
+    text = json.dumps(shorten(args), indent=2, sort_keys=True, ensure_ascii=False,
+                      default=repr)
+    if len(text) > DISPLAY_CHARS:
+        end = DISPLAY_CHARS
+        marker = text.rfind(f"@@{nonce}:", 0, end)
+        if marker != -1 and text.find("@@", marker + 2) + 2 > end:
+            end = marker  # not through a marker
+        text, cut = text[:end] + f"@@{nonce}:{len(text) - end}@@", True
+    pieces: list[list[Any]] = []
+    for n, part in enumerate(re.split(f"@@{nonce}:([0-9]+)@@", text)):
+        if n % 2:
+            pieces.append([f"… ⟨{int(part):,} more characters⟩", "cut"])
+        elif part:
+            pieces.extend(_pieces(part, layout_newlines=True))
+    return Shown(pieces, len(full), cut)
+
+
 def present(req: ConfirmationRequest) -> dict[str, Any]:
     """A request as a card shows it: every text escaped and cut to its cap.
 
@@ -166,8 +216,8 @@ def present(req: ConfirmationRequest) -> dict[str, Any]:
     gives them.
     """
     text, is_command = args_text(req)
-    shown = _cut(text, DISPLAY_CHARS, layout_newlines=not is_command)
-    controls, counted_part = _controls(req.args)
+    shown = _cut(text, DISPLAY_CHARS) if is_command else _shown_json(req.args)
+    controls, counted_part = _controls(req.args, layout=not is_command)
     command = req.args.get("command")
     details = {k: v for k, v in req.details.items()
                if k not in ("rule_subjects", "tool_description")}
@@ -217,7 +267,7 @@ def _fits(subjects: list[list[str]] | None) -> bool:
 def full_arguments(req: ConfirmationRequest) -> dict[str, Any]:
     """All of a request's arguments: escaped pieces to read, raw values to edit."""
     text, is_command = args_text(req)
-    controls, _ = _controls(req.args)
+    controls, _ = _controls(req.args, layout=not is_command)
     command = req.args.get("command")
     return {
         "id": req.id,
