@@ -18,6 +18,15 @@ Security, in the order a request meets it:
 
 Answers go through `ApprovalStore.submit_answer` (channel ``web``); the process that
 holds the tool applies them. Bodies are bounded; the store does the rest.
+
+Routes (every one behind the Host and token checks above; the event stream too):
+
+- ``GET /api/pending?limit=&after=&unanswered=1&session=``: a page of pending requests,
+  bounded in count and bytes (`listing.py`); ``next`` is the cursor for the page after.
+- ``GET /api/events``: server-sent events saying what changed (`events.py`).
+- ``GET /api/requests/{id}``: one request's card and where it stands;
+  ``GET /api/requests/{id}/args``: all of its arguments (cards show them cut).
+- ``POST /api/requests/{id}/answer``: approve (once, session, always), deny, edit.
 """
 
 from __future__ import annotations
