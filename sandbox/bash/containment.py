@@ -120,6 +120,11 @@ class Tree(ABC):
         return tuple(str(c.procs_file) for c in self._cgroups)
 
     @property
+    def placement_files(self) -> tuple[str, ...]:
+        """The cgroup.procs files a run's process is placed into."""
+        return self._placement()
+
+    @property
     def limits_processes(self) -> bool:
         """Whether a pids cgroup bounds the run's processes."""
         return self._pids is not None

@@ -10,8 +10,10 @@ The life of one run (`run_bash`):
    spawned. A builtin-only prologue in front of the command moves the shell into its
    cgroups and sets its rlimits before any user code runs (the race analysis is on
    `child.shell_prologue`), so no `preexec_fn` is needed and CPython spawns with vfork,
-   at a cost independent of the agent's size. Only a run that drops privileges uses a
-   `preexec_fn`, because the cgroup writes must precede the identity change.
+   at a cost independent of the agent's size. A run that drops privileges or is
+   confined (confinement.py: Landlock, namespaces, capabilities, seccomp) uses a
+   `preexec_fn` instead, because the cgroup writes must precede the identity change
+   and Landlock; a confined run also gets a private TMPDIR, removed in step 3.
 2. Two readers copy stdout and stderr into bounded head+tail buffers while a pidfd
    tells us when the shell itself exits. We do not wait for EOF on the pipes: a
    background job (`sleep 300 & echo hi`) holds them open as long as it lives, which
@@ -31,6 +33,8 @@ import resource
 import shutil
 import stat
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -41,6 +45,8 @@ import anyio
 
 from sandbox.bash.capture import BoundedCapture, drain_buffered, pump, set_pipe_size
 from sandbox.bash.child import ChildSetup, bash_posix_mode, preexec_fn, shell_prologue
+from sandbox.bash.confinement import ConfinementRequest, describe_kernel, plan
+from sandbox.bash.confinement import detect as detect_confinement
 from sandbox.bash.containment import MECHANISMS, Tree, availability, choose, open_tree
 from sandbox.errors import ConfigurationError, SandboxError
 
@@ -135,6 +141,8 @@ class ProcessResult:
     nproc_enforcement: how max_child_processes was enforced: "pids-cgroup",
     "setuid:<uid>" (RLIMIT_NPROC of an unprivileged uid), "rlimit" (already
     unprivileged) or "rlimit-only(ineffective as root)"; None when not set.
+    protections: each OS confinement layer (confinement.LAYERS), "active: ..." or
+    "inactive: <reason>"; None when the run was not asked to be confined.
     """
 
     stdout: str
@@ -148,6 +156,7 @@ class ProcessResult:
     containment: str
     killed_processes: int
     nproc_enforcement: str | None
+    protections: dict[str, str] | None = None
 
 
 # --------------------------------------------------------------------------- spawning
@@ -331,6 +340,15 @@ def _check_command(command: str) -> None:
         )
 
 
+def _reachable(path: str, granted: tuple[str, ...]) -> bool:
+    real = os.path.realpath(path)
+    return any(
+        real == os.path.realpath(g) or real.startswith(os.path.realpath(g).rstrip("/") + "/")
+        for g in granted
+        if not g.endswith("/")  # "dir/" grants listing only
+    )
+
+
 def _usable_by(path: Path, uid: int, gid: int, need_write: bool) -> bool:
     st = os.stat(path)
     if st.st_uid == uid:
@@ -411,6 +429,7 @@ async def run_bash(
     drop_privileges: bool = False,
     containment: str = "auto",
     rlimits_via: str = "preexec_fn",
+    confinement: ConfinementRequest | None = None,
 ) -> ProcessResult:
     """Run `bash --norc --noprofile -c command` and return what happened.
 
@@ -423,6 +442,11 @@ async def run_bash(
     (or nobody if root owns it, which then needs a workspace writable by nobody); this
     also hides the agent's /proc/PID/environ from the command. containment: "auto"
     (the strongest available) or one of containment.MECHANISMS, which then must work.
+    confinement: the OS confinement to apply (see confinement.py), None for none. A
+    confined run gets a private temporary directory (TMPDIR, removed afterwards) and
+    is set up entirely by a preexec_fn: the cgroup placement must precede Landlock.
+    Raises confinement.ConfinementUnavailable when it is "required" and the kernel
+    lacks a layer.
 
     Raises ConfigurationError for a missing workspace, a missing bash, a forbidden env
     variable or an unusable limit; OSError if the kernel refuses the spawn. When the
@@ -451,8 +475,25 @@ async def run_bash(
     uid = gid = None
     if drop_privileges and os.geteuid() == 0:
         uid, gid = _unprivileged_identity(workdir)
+    confined = confinement is not None and confinement.mode != "none"
     mechanism = choose(containment, shell)
+    if confined and mechanism == "pidns":
+        # `unshare --pid` needs the capabilities the confinement has dropped by then.
+        if containment != "auto":
+            raise ConfigurationError(
+                "containment='pidns' cannot be combined with OS confinement (unshare "
+                "needs the capabilities it drops); use containment='auto' or confinement="
+                "'none'"
+            )
+        mechanism = "subreaper" if availability("subreaper", shell).available else "killpg"
+    if confined and mechanism == "subreaper" and uid is not None:
+        raise ConfigurationError(
+            "the subreaper containment cannot drop privileges under OS confinement; "
+            "run the agent as the unprivileged user, or use confinement='none'"
+        )
 
+    tmpdir: str | None = None
+    protections: dict[str, str] | None = None
     tree = open_tree(mechanism, limit_processes=limits.max_child_processes is not None, shell=shell)
     process: BashProcess | None = None
     try:
@@ -460,14 +501,49 @@ async def run_bash(
             [shell, "--norc", "--noprofile", "-c", command],
             ChildSetup(rlimits=rlimits, uid=uid, gid=gid),
         )
+        if confinement is not None:
+            extra_read: tuple[str, ...] = ()
+            extra_write: tuple[str, ...] = ()
+            if confined:
+                tmpdir = tempfile.mkdtemp(prefix="sandbox-tmp-")
+                if uid is not None and gid is not None:
+                    os.chown(tmpdir, uid, gid)
+                env = {**env, "TMPDIR": tmpdir}
+            if mechanism == "subreaper":
+                # The supervisor is Python, and places its child into the cgroups.
+                extra_read = (sys.base_prefix, sys.prefix, os.path.dirname(__file__))
+                extra_write = tuple(tree.placement_files)
+            plan_request = replace(
+                confinement,
+                readable_paths=(*confinement.readable_paths, *extra_read),
+                writable_paths=(*confinement.writable_paths, *extra_write),
+            )
+            plan_confinement, protections = plan(
+                plan_request, workspace=workdir, tmpdir=tmpdir, drops_to_uid=uid is not None
+            )
+            setup = replace(setup, confinement=plan_confinement)
+            home = env.get("HOME")
+            if (
+                plan_confinement is not None
+                and plan_confinement.landlock_fs
+                and tmpdir is not None
+                and home is not None
+                and not _reachable(home, plan_confinement.read_paths + plan_confinement.write_paths)
+            ):
+                # A HOME the command cannot read breaks programs that read their
+                # configuration there (git dies on EACCES): give it an empty private one.
+                env = {**env, "HOME": tmpdir}
+                protections = {**(protections or {}), "home": f"active: HOME={home} is out "
+                               "of the command's reach; it is the private TMPDIR instead"}  # fmt: skip
         # Placement must precede an identity change, which a prologue running in the
-        # unprivileged shell cannot do: then the preexec_fn does everything. Otherwise
-        # the cgroup placement stays in the builtin prologue and a preexec_fn, if the
-        # rlimits go that way, only calls setrlimit: every line of Python run in the
-        # forked child touches copy-on-write pages of the agent, which is what makes a
-        # preexec_fn expensive, so it does as little as possible.
+        # unprivileged shell cannot do, and Landlock, after which the cgroup files are
+        # out of reach: then the preexec_fn does everything. Otherwise the cgroup
+        # placement stays in the builtin prologue and a preexec_fn, if the rlimits go
+        # that way, only calls setrlimit: every line of Python run in the forked child
+        # touches copy-on-write pages of the agent, which is what makes a preexec_fn
+        # expensive, so it does as little as possible.
         prologue: ChildSetup | None
-        if uid is not None:
+        if uid is not None or setup.confinement is not None:
             preexec, prologue = preexec_fn(setup), None
         elif rlimits and rlimits_via == "preexec_fn":
             preexec = preexec_fn(replace(setup, cgroup_procs=()))
@@ -490,8 +566,8 @@ async def run_bash(
             # CPython hides what went wrong inside preexec_fn; this is what it does.
             raise SandboxError(
                 f"could not set up the child process ({e}): moving it into its cgroups, "
-                "setting rlimits or dropping privileges failed; run "
-                "sandbox.bash.process.detect_protections() to see what works here"
+                "setting rlimits, confining it or dropping privileges failed; run "
+                "`sandbox doctor` to see what works here"
             ) from None
         finally:
             tree.spawned()
@@ -508,6 +584,8 @@ async def run_bash(
                 process.reap()
                 process.close()
             await tree.aclose()
+            if tmpdir is not None:
+                shutil.rmtree(tmpdir, ignore_errors=True)
 
     if limits.max_child_processes is None:
         nproc = None
@@ -531,6 +609,7 @@ async def run_bash(
         containment=mechanism,
         killed_processes=killed,
         nproc_enforcement=nproc,
+        protections=protections,
     )
 
 
@@ -614,14 +693,28 @@ def detect_protections() -> dict[str, Any]:
         "path); rlimits through preexec_fn when any limit is set (rlimits_via="
         "'prologue' uses bash's ulimit instead); preexec_fn always with drop_privileges"
     )
+    confined = detect_confinement()
+    raise_again = (
+        "enforced (a root command cannot raise it: its capabilities are dropped)"
+        if confined.has("capabilities")
+        else "enforced (can be raised again by a root command)"
+    )
     report["rlimits"] = {
-        "RLIMIT_AS": "enforced (can be raised again by a root command)" if root else "enforced",
-        "RLIMIT_FSIZE": "enforced (can be raised again by a root command)" if root else "enforced",
-        "RLIMIT_NPROC": "ineffective for root" if root else "enforced per uid",
+        "RLIMIT_AS": raise_again if root else "enforced",
+        "RLIMIT_FSIZE": raise_again if root else "enforced",
+        "RLIMIT_NPROC": "ineffective for root (uid 0 is exempt even without capabilities)"
+        if root
+        else "enforced per uid",
         "RLIMIT_CORE": "0 whenever a limit is set",
     }
+    confinement = describe_kernel()
+    report["confinement"] = confinement
+    landlock = confined.has("landlock-fs")
     report["agent_environment_readable_by_command"] = (
-        "yes via /proc/<agent pid>/environ, unless drop_privileges=True"
+        "no: Landlock forbids ptrace access (and so /proc/<pid>/environ) outside the "
+        "command's domain"
+        if landlock
+        else "yes via /proc/<agent pid>/environ, unless drop_privileges=True"
         if root
         else "only by processes of the same uid (the command runs as this uid)"
     )

@@ -229,4 +229,10 @@ def _doctor(args: argparse.Namespace) -> int:
     env = report.get("agent_environment_readable_by_command")
     if env:
         print(f"  agent env readable:   {env}")
+    confinement = report.get("confinement", {})
+    print(f"  OS confinement (Landlock ABI {confinement.get('landlock_abi', 0)}), applied to "
+          "every command unless the policy says confinement = \"none\":")
+    for layer, state in confinement.get("layers", {}).items():
+        mark = "yes" if state.startswith("available") else "no "
+        print(f"    [{mark}] {layer:16} {state.split(': ', 1)[-1]}")
     return 0
