@@ -167,6 +167,14 @@ def test_the_full_arguments_of_one_request_are_there_on_demand(
     assert "\\u001b[2K" in text  # JSON's own escape for ESC
     assert [p[0] for p in data["args_pieces"] if p[1]] == ["\\u202e"]  # JSON leaves it raw
     assert data["control_characters"] == 2
+    assert card["editable"] is False  # the bidi override would show raw in an editor
+
+
+def test_a_multi_line_file_body_is_editable_and_not_flagged(
+        served: Served, store_path: Path) -> None:
+    park(store_path, [{"path": "a.py", "content": "def f():\n\treturn 1\n"}])
+    (card,) = page_through(served)
+    assert card["control_characters"] == 0 and card["editable"] is True
 
 
 def test_unanswered_only_pages_past_requests_that_have_an_answer(

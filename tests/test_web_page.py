@@ -329,6 +329,9 @@ def test_markup_in_a_command_is_shown_as_text_and_never_runs(
     shown = c.locator("pre.command").text_content()
     assert shown == PAYLOAD.replace("\r", "\\r").replace("\u202e", "\\u202e")
     assert c.locator("pre.command .ctl").all_text_contents() == ["\\r", "\\u202e"]
+    # An editor would show the CR and the bidi override raw: editing is not offered.
+    assert c.get_by_role("button", name="Edit…").is_disabled()
+    assert "hold control characters" in str(c.locator(".choice.quiet").text_content())
     page.wait_for_timeout(1500)  # two refreshes of the list
     assert page.evaluate("window.__pwned") is None
     assert page.dialogs == []

@@ -579,7 +579,10 @@ APP_JS = r"""
       }),
       choice("Always approve…", "remember", "", m.always, function () { withFull(entry, function (r) { showRemember(entry, r); }); }),
       choice("Deny…", "deny", "danger", m.deny, function () { showDeny(entry); }),
-      choice("Edit…", "edit", "quiet", m.edit, function () { withFull(entry, function (r) { showEdit(entry, r); }); }));
+      choice("Edit…", "edit", "quiet", req.editable ? m.edit : "Not offered: the arguments " +
+        "hold control characters, which an editor would show raw. Deny, and say why.",
+        function () { withFull(entry, function (r) { showEdit(entry, r); }); }));
+    if (!req.editable) actions.querySelector('button[data-action="edit"]').disabled = true;
     card.appendChild(actions);
     const p = el("div", "panel");
     p.hidden = true;
@@ -644,6 +647,10 @@ APP_JS = r"""
   function onResolved(data) {
     const entry = cards.get(data.id);
     if (entry && entry.state !== "resolved") showState(entry, data, true, false);
+    // Keep a screenful waiting: fetch the next page when most shown ones are answered.
+    let waiting = 0;
+    for (const e of cards.values()) if (e.state === "waiting") waiting += 1;
+    if (state.more && waiting < PAGE / 2) loadAfterTail(true);
   }
 
   function handle(kind, data) {

@@ -245,6 +245,9 @@ def present(req: ConfirmationRequest) -> dict[str, Any]:
                     for k, v in list(details.items())[:20]},
         "control_characters": controls,
         "control_characters_at_least": counted_part,
+        # An editor shows text raw: offered only when nothing in it needs escaping
+        # (newlines and tabs aside), so what a human edits is what they see.
+        "editable": _controls(req.args, layout=True) == (0, False),
         "rule_subjects": subjects if _fits(subjects) else None,
         "rule_subjects_shown": _shown_subjects(subjects) if _fits(subjects) else None,
         "rule_subjects_count": None if subjects is None else len(subjects),
