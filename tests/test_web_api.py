@@ -263,7 +263,7 @@ def test_events_announce_a_new_request_then_an_answer_from_the_cli_then_its_outc
             return [announced, answered, resolved]
 
     announced, answered, resolved = anyio.run(go)
-    assert announced == {"count": 1, "added": 1}
+    assert announced == {"count": 1, "added": 1, "ids": [resolved["id"]]}
     assert answered["outcome"] == "deny" and answered["channel"] == "cli"
     assert answered["reason"] == "not today" and answered["decided_by"]
     assert resolved["status"] == "denied" and resolved["channel"] == "cli"

@@ -553,6 +553,26 @@ def test_the_page_follows_events_and_never_refetches_the_list_on_a_timer(
     assert page.locator("#count").text_content() == "2 waiting"
 
 
+def test_a_request_committed_late_with_an_earlier_time_still_shows(
+        wide_page: Any, served: Served, tmp_path: Path, store_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slower process's request can sort before the last card shown: paging after that
+    card would miss it, so the page fetches every id the event names."""
+    import sandbox.approval.store as store_module
+
+    page = wide_page
+    effect = tmp_path / "effect.txt"
+    defer(store_path, effect, "make one")
+    page.goto(served.url)
+    card(page, "make one")
+    real_now = store_module._now
+    monkeypatch.setattr(store_module, "_now", lambda: real_now() - 60)
+    defer(store_path, effect, "make early")
+    monkeypatch.undo()
+    card(page, "make early")
+    assert page.locator("#count").text_content() == "2 waiting"
+
+
 # -- narrow screens and big requests ----------------------------------------------------
 
 def test_at_390_px_nothing_scrolls_sideways_even_with_long_ids_and_open_panels(

@@ -657,9 +657,24 @@ APP_JS = r"""
     if (!state.ready) { state.queued.push([kind, data]); return; }
     if (kind === "pending") {
       state.count = data.count;
-      if (data.added > 0) loadAfterTail(false); else updateCounts();
+      if (data.added > 0) loadAfterTail(false).then(function () { fetchMissing(data.ids || []); });
+      else updateCounts();
     } else if (kind === "answered") onAnswered(data);
     else if (kind === "resolved") onResolved(data);
+  }
+
+  // A request parked by a slower process can sort before the last card shown, so paging
+  // after that card misses it: fetch any announced id still absent, one by one.
+  async function fetchMissing(ids) {
+    if (state.more) return;
+    for (const id of ids) {
+      if (cards.has(id)) continue;
+      try {
+        const r = await getJSON("/api/requests/" + encodeURIComponent(id));
+        if (r.status === "pending" && !cards.has(id)) list.appendChild(buildCard(r));
+      } catch (err) { /* gone already */ }
+    }
+    updateCounts();
   }
 
   // After a reconnect, events were missed: look again at what the page shows.

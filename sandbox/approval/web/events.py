@@ -6,7 +6,8 @@ the latest `Snapshot`: the pending ids, their order, and the answers waiting to 
 applied. Each open page holds its own previous snapshot and is sent only the difference:
 
 - ``hello`` ``{count}``: sent first; the page then lists what it shows.
-- ``pending`` ``{count, added}``: the number waiting changed (``added`` new ones).
+- ``pending`` ``{count, added, ids}``: the number waiting changed (``added`` new ones,
+  the first `MAX_IDS` of them named in ``ids``).
 - ``answered`` ``{id, outcome, scope, reason, decided_by, channel, at}``: an answer was
   given (on this page, another tab, the CLI...) and waits for the agent to apply it.
 - ``resolved`` ``{id, status, outcome, reason, decided_by, channel, at}``: the request
@@ -36,6 +37,9 @@ from .listing import Cursor, pending_ids
 INTERVAL = 0.25
 RESCAN = 2.0
 HEARTBEAT = 10.0
+#: New ids named in one ``pending`` event (a page fetches a request it did not get by
+#: paging: one parked by a slower process with an earlier creation time).
+MAX_IDS = 100
 Db = Callable[..., Awaitable[Any]]
 
 
@@ -135,7 +139,7 @@ class PendingWatch:
 
     async def _changes(self, before: Snapshot, after: Snapshot) -> list[str]:
         out: list[str] = []
-        added = sum(1 for rid in after.order if rid not in before.order)
+        added = [rid for rid in after.order if rid not in before.order]
         for rid, answer in after.answers.items():
             if before.answers.get(rid) != answer:
                 out.append(_event("answered", {"id": rid, **answer}))
@@ -144,7 +148,8 @@ class PendingWatch:
                 decided = await self.decision(rid)
                 out.append(_event("resolved", {"id": rid, **(decided or {"status": "gone"})}))
         if added or len(after.order) != len(before.order):
-            out.append(_event("pending", {"count": len(after.order), "added": added}))
+            out.append(_event("pending", {"count": len(after.order), "added": len(added),
+                                          "ids": added[:MAX_IDS]}))
         return out
 
 
