@@ -11,7 +11,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -216,7 +216,7 @@ def test_the_api_needs_the_token(served: Served, store_path: Path) -> None:
 # -- the event stream ----------------------------------------------------------------
 
 @asynccontextmanager
-async def events(served: Served) -> AsyncIterator[Any]:
+async def events(served: Served) -> AsyncIterator[Callable[[str], Awaitable[dict[str, Any]]]]:
     """The server-sent events of /api/events, parsed: ``await next_event(name)``."""
     async with served.client() as client, client.stream("GET", "/api/events") as response:
         assert response.status_code == 200
@@ -293,9 +293,10 @@ def test_events_in_a_process_that_serves_a_memory_store(tmp_path: Path) -> None:
                         store=store)
 
     async def go() -> dict[str, Any]:
+        results: list[dict[str, Any]] = []
+        resolved: dict[str, Any] = {}
         async with provider.serving() as server, anyio.create_task_group() as tg:
             served = Served(None, server.url)  # type: ignore[arg-type]
-            results: list[dict[str, Any]] = []
 
             async def call() -> None:
                 results.append(await runner.call("write", {"path": "a", "content": "b"}))
@@ -309,7 +310,7 @@ def test_events_in_a_process_that_serves_a_memory_store(tmp_path: Path) -> None:
                                           json={"outcome": "approve"})
                     assert r.status_code == 200
                 resolved = await next_event("resolved")
-            return {**resolved, "results": results}
+        return {**resolved, "results": results}
     out = anyio.run(go)
     assert out["status"] == "approved" and out["channel"] == "web"
     assert out["results"] == [{"written": "a"}]

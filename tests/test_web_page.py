@@ -78,10 +78,10 @@ def open_page(browser: Any, width: int, **options: Any) -> Any:
     console messages and API requests."""
     context = browser.new_context(viewport={"width": width, "height": 900}, **options)
     pg = context.new_page()
-    pg.api_requests = []  # type: ignore[attr-defined]
+    pg.api_requests = []
     pg.on("request", lambda r: pg.api_requests.append(r.url) if "/api/" in r.url else None)
-    pg.dialogs = []  # type: ignore[attr-defined]
-    pg.console_messages = []  # type: ignore[attr-defined]
+    pg.dialogs = []
+    pg.console_messages = []
     pg.on("dialog", lambda d: (pg.dialogs.append(d.message), d.dismiss()))
     pg.on("console", lambda m: pg.console_messages.append(f"{m.type}: {m.text}"))
     return pg
