@@ -660,7 +660,9 @@ def test_screenshots_of_the_page_at_both_widths(
         cli(store_path, "approve", release)  # answered elsewhere: both pages show it live
         apply(runner)
         for width, pg in pages.items():
-            status(card(pg, "make release"), "Approved once by alice via cli")
+            release_card = card(pg, "make release")
+            status(release_card, "Approved once by alice via cli")
+            release_card.locator(".status-wait").wait_for(state="detached", timeout=10_000)
             if width == WIDE:
                 card(pg, "git log").get_by_role("button", name="Always approve…").click()
                 card(pg, "wipe_database").get_by_role("button", name="Deny…").click()

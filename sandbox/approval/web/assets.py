@@ -534,7 +534,11 @@ APP_JS = r"""
     }
 
     const meta = el("dl", "meta");
-    function row(label, node) { meta.append(el("dt", "", label), (function () { const dd = el("dd", ""); dd.append(node); return dd; })()); }
+    function row(label, node, cls) {
+      const dd = el("dd", cls || "");
+      dd.append(node);
+      meta.append(el("dt", cls || "", label), dd);
+    }
     if (req.session_id) {
       const who = el("span", "idrow");
       who.append(el("span", "", "session"), idLine(req.session_id));
@@ -545,8 +549,8 @@ APP_JS = r"""
     row("Call", idLine(req.call_id));
     row("Request", idLine(req.id));
     row("Asked", clockNode(Date.parse(req.created_at)));
-    if (req.expires_at) row("Expires", clockNode(Date.parse(req.expires_at)));
-    else row("Expires", el("span", "", "never: waits until answered"));
+    if (req.expires_at) row("Expires", clockNode(Date.parse(req.expires_at)), "expires-row");
+    else row("Expires", el("span", "", "never: waits until answered"), "expires-row");
     if (req.edited_from) row("Edited from", idLine(req.edited_from));
     card.appendChild(meta);
 
@@ -840,7 +844,7 @@ button:disabled { opacity: .5; cursor: default; }
 .request.st-expired { border-left-color: var(--warn); }
 .request.st-expired .status { background: #fff6d6; }
 .request.resolved { opacity: .8; }
-.request.resolved .expiry { display: none; }
+.request.resolved .expiry, .request.resolved .expires-row { display: none; }
 .more { display: flex; flex-wrap: wrap; gap: 10px; align-items: center; color: var(--muted); }
 .more[hidden] { display: none; }
 @media (max-width: 720px) {
