@@ -1,6 +1,12 @@
-"""The approvals page in a real headless Chromium (Debian's `chromium`, driven by Playwright):
-answers given on the page reach the runner holding the tool, in the same process or in
-another one; model text stays inert; the token and CSRF defences hold."""
+"""The approvals page in a real headless Chromium (Debian's `chromium`, driven by Playwright),
+at 1280 and 390 px: answers given on the page reach the runner holding the tool, in the
+same process or in another one; a card says who asked, when, why and what each answer
+means; a card answered elsewhere (the CLI, another tab) changes live and says how; the
+page follows server-sent events instead of re-reading the list; nothing scrolls sideways
+on a phone; a flood of large requests renders a page at a time; model text stays inert;
+the token and CSRF defences hold.
+
+``SANDBOX_UPDATE_SCREENSHOTS=1`` rewrites the README's pictures in docs/."""
 
 from __future__ import annotations
 

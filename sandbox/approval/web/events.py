@@ -65,13 +65,15 @@ class PendingWatch:
         self.closing = False
 
     def _file_signature(self) -> object:
-        """What changes when another process commits to the store file."""
-        if self.store.path is None:
+        """What changes when another process commits to the store file (None: a store
+        without a file, looked at every `INTERVAL`)."""
+        path = getattr(self.store, "path", None)
+        if path is None:
             return None
         out: list[tuple[int, int, int] | None] = []
         for suffix in ("", "-wal"):
             try:
-                st = os.stat(f"{self.store.path}{suffix}")
+                st = os.stat(f"{path}{suffix}")
             except OSError:
                 out.append(None)
             else:
