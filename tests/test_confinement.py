@@ -8,6 +8,7 @@ listener saw no connection, the process is alive), not only by an error message.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -309,7 +310,11 @@ async def test_read_only_workspace_refuses_writes_the_policy_missed(workspace: P
 @needs_landlock
 async def test_shipped_readonly_policy_is_read_only_at_the_os_level(workspace: Path) -> None:
     (workspace / "a.txt").write_text("b\na\n")
-    tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy.from_toml(resolve("readonly")))
+    shipped = BashToolPolicy.from_toml(resolve("readonly"))
+    assert not shipped.check("sort -o sorted a.txt").allowed  # the policy layer refuses it
+    # As if the policy had missed it (no program specs): the OS layer still refuses.
+    missed = dataclasses.replace(shipped, program_specs={})
+    tool = ExecuteBashTool(workspace=workspace, policy=missed)
     result = await tool.run_async(args={"command": "sort -o sorted a.txt"}, tool_context=ctx())
     assert "Permission denied" in result["stderr"]
     assert not (workspace / "sorted").exists()
@@ -384,7 +389,7 @@ async def test_confinement_none_runs_unconfined(workspace: Path) -> None:
 
 def test_policy_fields_from_toml() -> None:
     policy = BashToolPolicy.from_toml_string(
-        'filesystem = "read-only"\nnetwork = "loopback"\nconfinement = "required"\n'
+        'allowed_command_prefixes = ["*"]\nfilesystem = "read-only"\nnetwork = "loopback"\nconfinement = "required"\n'
         'readable_paths = ["/opt"]\nwritable_paths = ["/srv/cache"]\n'
     )
     assert (policy.filesystem, policy.network, policy.confinement) == (
@@ -400,7 +405,7 @@ def test_policy_fields_from_toml() -> None:
 ])  # fmt: skip
 def test_bad_confinement_fields_name_the_fix(text: str, expected: str) -> None:
     with pytest.raises(PolicyFileError, match="is invalid") as err:
-        BashToolPolicy.from_toml_string(text)
+        BashToolPolicy.from_toml_string('allowed_command_prefixes = ["*"]\n' + text)
     assert expected in str(err.value)
 
 
