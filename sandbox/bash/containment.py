@@ -45,6 +45,7 @@ import anyio.lowlevel
 
 from sandbox.bash.cgroups import CgroupBase, RunCgroup, locate, remove_leftovers, remove_stale
 from sandbox.bash.child import ChildSetup, shell_prologue
+from sandbox.bash.spawner import Spawner
 from sandbox.errors import ConfigurationError
 
 __all__ = [
@@ -130,6 +131,12 @@ class Tree(ABC):
         return self._pids is not None
 
     @property
+    def kill_files(self) -> tuple[str, ...]:
+        """Files whose write of "1" kills the whole tree (cgroup v2 ``cgroup.kill``):
+        the spawner uses them if the agent dies mid-command."""
+        return ()
+
+    @property
     def pass_fds(self) -> tuple[int, ...]:
         return ()
 
@@ -173,6 +180,10 @@ class Cgroup2Tree(Tree):
         super().__init__(pids)
         self._cgroup = RunCgroup.create(base)
         self._cgroups.insert(0, self._cgroup)
+
+    @property
+    def kill_files(self) -> tuple[str, ...]:
+        return (str(self._cgroup.path / "cgroup.kill"),)
 
     async def kill(self, main: MainProcess) -> int:
         members = self._cgroup.pids()
@@ -337,7 +348,8 @@ def _subreaper_argv(report_fd: int, setup: ChildSetup, cgroup_procs: Sequence[st
         "-S",
         str(SUBREAPER_SCRIPT),
         str(report_fd),
-        str(os.getpid()),
+        # Its parent: the spawner that forks it (it dies with that parent).
+        str(Spawner.shared().pid),
         uid,
         gid,
         rlimits,

@@ -568,6 +568,10 @@ class BashToolPolicy:
                 f"timeout_seconds={timeout!r} is invalid: it must be a positive number of "
                 "seconds, or None for no timeout."
             )
+        for name in ("max_memory_bytes", "max_file_size_bytes", "max_output_bytes"):
+            size = getattr(self, name)
+            if isinstance(size, str):  # "1GiB", as a policy file may write it
+                set_(self, name, _byte_size(name, size))
         for name in ("max_memory_bytes", "max_file_size_bytes", "max_child_processes"):
             _limit(name, getattr(self, name), optional=True)
         _limit("max_output_bytes", self.max_output_bytes, optional=False)
@@ -806,7 +810,7 @@ class BashToolPolicy:
                     "R1",
                     f"{spelled} is used as bash {op.kind.replace('_', ' ')}{also}; "
                     f"this policy blocks {', '.join(map(repr, self.blocked_operators))}. "
-                    "Quoted text is not affected; run one command per call instead.",
+                    f"Quoted text is not affected; {_r1_advice(op.kind, op.text)}",
                     None,
                     op.text,
                 )
@@ -1107,6 +1111,34 @@ _SECONDS = ("timeout_seconds", "max_parse_seconds")
 _FILE_ONLY = ("default_hardening", "description", "programs")
 _RULE_KEYS = ("why", "program", "option", "pattern", "subcommands", "before_subcommand",
               "unless_any", "analyzer", "env", "redirect")  # fmt: skip
+
+
+def _r1_advice(kind: str, text: str) -> str:
+    """What to do instead of a blocked operator, in words that fit that operator."""
+    if kind == "redirect" and ">" in text:
+        return ("drop the redirection: the call returns stdout and stderr (separately), "
+                "so nothing needs to be written to a file.")
+    if kind == "redirect":
+        return "name the file as an argument instead (e.g. `wc -l FILE`, not `wc -l < FILE`)."
+    if kind in ("heredoc", "herestring"):
+        return "pass the text as an argument instead."
+    if kind == "pipe":
+        return "run each command in its own call and work with its output."
+    if kind == "command_substitution":
+        return "run the inner command in its own call first, then use its output."
+    return "run one command per call instead."
+
+
+def _byte_size(name: str, value: str) -> int:
+    """A size written as text ("512MiB", "1GiB", "1GB"), read by pydantic's ByteSize."""
+    from pydantic import ByteSize, TypeAdapter, ValidationError
+
+    try:
+        return int(TypeAdapter(ByteSize).validate_python(value))
+    except ValidationError:
+        raise ConfigurationError(
+            f'{name}={value!r} is invalid: write a number of bytes or a size such as '
+            f'"512MiB" or "1GiB".') from None
 
 
 def _size(source: str, key: str, value: object, *, optional: bool) -> int | None:

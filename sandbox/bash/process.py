@@ -32,11 +32,10 @@ import pwd
 import resource
 import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -44,10 +43,11 @@ from typing import Any
 import anyio
 
 from sandbox.bash.capture import BoundedCapture, drain_buffered, pump, set_pipe_size
-from sandbox.bash.child import ChildSetup, bash_posix_mode, preexec_fn, shell_prologue
+from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue
 from sandbox.bash.confinement import ConfinementRequest, describe_kernel, plan
 from sandbox.bash.confinement import detect as detect_confinement
 from sandbox.bash.containment import MECHANISMS, Tree, availability, choose, open_tree
+from sandbox.bash.spawner import SpawnedProcess, Spawner, SpawnerError
 from sandbox.errors import ConfigurationError, SandboxError
 
 __all__ = [
@@ -205,7 +205,7 @@ class BashProcess:
     """
 
     def __init__(
-        self, popen: subprocess.Popen[bytes], stdout_fd: int, stderr_fd: int, pidfd: int | None
+        self, popen: SpawnedProcess, stdout_fd: int, stderr_fd: int, pidfd: int | None
     ) -> None:
         self._popen = popen
         self.stdout_fd = stdout_fd
@@ -220,9 +220,12 @@ class BashProcess:
         *,
         cwd: str,
         env: Mapping[str, str],
-        preexec: Callable[[], None] | None,
+        setup: ChildSetup | None,
         pass_fds: tuple[int, ...] = (),
+        kill_files: tuple[str, ...] = (),
     ) -> BashProcess:
+        """Start ``argv`` through this process's spawner (`sandbox.bash.spawner`): the
+        agent never forks itself, and the spawner kills the tree if the agent dies."""
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         try:
@@ -230,19 +233,16 @@ class BashProcess:
             set_pipe_size(err_w)
             os.set_blocking(out_r, False)
             os.set_blocking(err_r, False)
-            popen = subprocess.Popen(
-                argv,
-                executable=argv[0],
-                stdin=subprocess.DEVNULL,
-                stdout=out_w,
-                stderr=err_w,
-                cwd=cwd,
-                env=dict(env),
-                start_new_session=True,
-                preexec_fn=preexec,
-                pass_fds=pass_fds,
-                close_fds=True,
-            )
+            try:
+                spawned = Spawner.shared().spawn(
+                    argv, cwd=cwd, env=dict(env), setup=setup, stdout_w=out_w,
+                    stderr_w=err_w, pass_fds=pass_fds, kill_files=kill_files)
+            except SpawnerError:
+                # One retry with a new spawner: the old one may have died between
+                # commands (it is restarted on the next use).
+                spawned = Spawner.shared().spawn(
+                    argv, cwd=cwd, env=dict(env), setup=setup, stdout_w=out_w,
+                    stderr_w=err_w, pass_fds=pass_fds, kill_files=kill_files)
         except BaseException:
             os.close(out_r)
             os.close(err_r)
@@ -250,40 +250,40 @@ class BashProcess:
         finally:
             os.close(out_w)
             os.close(err_w)
-        try:
-            pidfd: int | None = os.pidfd_open(popen.pid)
-        except (AttributeError, OSError):
-            pidfd = None
-        return cls(popen, out_r, err_r, pidfd)
+        return cls(spawned, out_r, err_r, spawned.pidfd)
 
     @property
     def pid(self) -> int:
         return self._popen.pid
 
     def has_exited(self) -> bool:
-        if self._exited or self._popen.returncode is not None:
-            return True
-        try:
-            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            # Reaped behind our back, by a waitpid(-1) child watcher (asyncio's legacy
-            # Safe/FastChildWatcher): it is gone, and Popen will report status 0.
-            self._exited = True
-        else:
-            self._exited = info is not None
+        if not self._exited:
+            self._exited = self._popen.poll_exited()
         return self._exited
 
     async def wait_exited(self) -> None:
-        """Wait until the process has exited, without reaping it."""
-        if self._pidfd is not None:
-            if not self._exited:
-                await anyio.wait_readable(self._pidfd)
-                self._exited = True
+        """Wait until the process has exited, without reaping it. If the spawner dies
+        meanwhile, raise `SpawnerError` at once instead of waiting for the command."""
+        if self._exited:
             return
-        delay = 0.0005
-        while not self.has_exited():
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 0.02)
+        spawner_gone = False
+        async with anyio.create_task_group() as tg:
+
+            async def watch_spawner() -> None:
+                nonlocal spawner_gone
+                await anyio.wait_readable(self._popen.reply_fd)
+                spawner_gone = True
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch_spawner)
+            assert self._pidfd is not None
+            await anyio.wait_readable(self._pidfd)
+            tg.cancel_scope.cancel()
+        if spawner_gone and not self._popen.poll_exited():
+            raise SpawnerError(
+                "the spawner process died while this command ran; its result is lost "
+                "(the next command starts a new spawner)")
+        self._exited = True
 
     def reap(self) -> int | None:
         """Collect the exit status (the process must have exited)."""
@@ -292,11 +292,12 @@ class BashProcess:
         return self._popen.wait()
 
     def close(self) -> None:
-        for fd in (self.stdout_fd, self.stderr_fd, self._pidfd):
-            if fd is not None and fd >= 0:
+        for fd in (self.stdout_fd, self.stderr_fd):
+            if fd >= 0:
                 os.close(fd)
         self.stdout_fd = self.stderr_fd = -1
         self._pidfd = None
+        self._popen.close()  # the pidfd and the reply socket
 
 
 # --------------------------------------------------------------------------- checks
@@ -543,13 +544,14 @@ async def run_bash(
         # touches copy-on-write pages of the agent, which is what makes a preexec_fn
         # expensive, so it does as little as possible.
         prologue: ChildSetup | None
+        child_setup: ChildSetup | None
         if uid is not None or setup.confinement is not None:
-            preexec, prologue = preexec_fn(setup), None
+            child_setup, prologue = setup, None
         elif rlimits and rlimits_via == "preexec_fn":
-            preexec = preexec_fn(replace(setup, cgroup_procs=()))
+            child_setup = replace(setup, cgroup_procs=())
             prologue = replace(setup, rlimits=())
         else:
-            preexec, prologue = None, setup
+            child_setup, prologue = None, setup
         if limits.max_child_processes is not None:
             # pids.max also counts the shell itself.
             tree.limit_processes(
@@ -560,14 +562,13 @@ async def run_bash(
             argv[-1] = shell_prologue(prologue, posix_mode=bash_posix_mode(env)) + argv[-1]
         try:
             process = BashProcess.spawn(
-                argv, cwd=workdir, env=env, preexec=preexec, pass_fds=tree.pass_fds
+                argv, cwd=workdir, env=env, setup=child_setup, pass_fds=tree.pass_fds,
+                kill_files=tree.kill_files,
             )
-        except subprocess.SubprocessError as e:
-            # CPython hides what went wrong inside preexec_fn; this is what it does.
+        except SpawnerError as e:
             raise SandboxError(
-                f"could not set up the child process ({e}): moving it into its cgroups, "
-                "setting rlimits, confining it or dropping privileges failed; run "
-                "`sandbox doctor` to see what works here"
+                f"{e}: moving it into its cgroups, setting rlimits, confining it or "
+                "dropping privileges failed; run `sandbox doctor` to see what works here"
             ) from None
         finally:
             tree.spawned()
