@@ -18,7 +18,7 @@ from typing import Any
 from ..approval.display import escape_text, render_args, rule_subjects_of, visible_details
 from ..approval.models import ConfirmationRequest, Decision, Remember, RulePattern
 from ..approval.rules import Rule, RuleBook, check_patterns
-from ..approval.store import ApprovalStore
+from ..approval.store import ApprovalStore, open_store
 from ..errors import (
     ConfigurationError,
     ConfirmationStateError,
@@ -131,7 +131,7 @@ def _open_store(args: argparse.Namespace, *, create: bool = False) -> ApprovalSt
     path = Path(args.store or os.environ.get(STORE_ENV) or DEFAULT_STORE)
     if not create and not path.exists():
         raise _Exit(2, f"no approval store at {path}; pass --store FILE or set ${STORE_ENV}")
-    return ApprovalStore(path)
+    return open_store(path)
 
 
 class _Exit(Exception):

@@ -79,7 +79,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def build_gate(args: argparse.Namespace) -> Any:
     """The `GatedToolServer` the command line describes (errors name the bad option)."""
-    from ..approval.store import ApprovalStore
+    from ..approval.store import open_store
     from ..audit import AuditLog
     from ..errors import ConfigurationError
     from ..integrations.mcp import GatedToolServer
@@ -95,7 +95,7 @@ def build_gate(args: argparse.Namespace) -> Any:
         raise ConfigurationError(
             "--approvals queue needs --store FILE: the answer is recorded there by the web "
             "page or `sandbox approvals`, which must open the same file")
-    store = ApprovalStore(args.store) if args.store else ApprovalStore()
+    store = open_store(args.store or None)
     provider: Any = None
     if args.approvals == "queue":
         from ..approval.queue import QueueConfirmationProvider
