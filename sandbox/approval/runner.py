@@ -170,7 +170,10 @@ class ToolRunner:
             raise ConfigurationError("pass either audit or audit_path, not both")
         self.store = store if store is not None else open_store(store_path)
         self.provider = provider
-        self.audit = audit if audit is not None else AuditLog(audit_path, redact=redact)
+        # A log written here is anchored in the store: its head (count, last hash) lets
+        # `verify_audit(path, anchor=store)` see records cut off its end.
+        self.audit = audit if audit is not None else AuditLog(audit_path, redact=redact,
+                                                              anchor=self.store)
         self.approval_ttl = approval_ttl
         self.max_rounds = max_rounds
         if max_args_bytes < 1:
