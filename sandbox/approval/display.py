@@ -123,7 +123,8 @@ def rule_subjects_of(request: ConfirmationRequest) -> list[list[str]] | None:
 def visible_details(request: ConfirmationRequest) -> dict[str, Any]:
     """The facts to show beside the arguments (the policy decision, and the payload a tool
     asked about from inside), minus plumbing."""
-    facts = {k: v for k, v in request.details.items() if k != "rule_subjects"}
+    facts = {k: v for k, v in request.details.items()
+             if k not in ("rule_subjects", "tool_description")}
     if request.payload is not None:
         facts["payload"] = request.payload
     return facts

@@ -403,6 +403,8 @@ class ToolRunner:
             details = tool.describe(args)
         except Exception:
             details = {}
+        if tool.description:  # what the tool does, for the human asked (the page shows it)
+            details = {**details, "tool_description": tool.description[:2000]}
         subjects = _rule_subjects(tool, args)
         if subjects is not None:
             details = {**details, "rule_subjects": [list(argv) for argv in subjects]}

@@ -37,6 +37,12 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import ConfigurationError, PolicyFileError
+from .confinement import (
+    CONFINEMENT_MODES,
+    FILESYSTEM_MODES,
+    NETWORK_MODES,
+    ConfinementRequest,
+)
 from .hardening import ANALYZERS, DEFAULT_HARDENING, PROGRAM_SYNTAX, HardeningRule, ProgramSyntax
 from .parse import (
     ParsedScript,
@@ -47,6 +53,8 @@ from .parse import (
     parse_prefix,
     scan_word,
 )
+from .specs import ProgramSpec, builtin_specs, check_spec
+from .specs import merged as merged_specs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -85,8 +93,14 @@ _RULE_TITLES = {
     "R6": "cannot be parsed safely",
     "R7": "hardening",
     "R8": "control character",
+    "R9": "parser agreement",
 }
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Loop variables that only the script itself reads: lower case, and not one of the
+# lower-case names that programs (proxies) or bash read.
+_LOOP_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")
+_READ_LOWERCASE = frozenset({"http_proxy", "https_proxy", "ftp_proxy", "all_proxy",
+                             "no_proxy", "auto_resume", "histchars"})  # fmt: skip
 _ASSIGNMENT_ARG = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\+?=")
 _MAX_COMMAND_BYTES = 131071  # Linux MAX_ARG_STRLEN minus the NUL: bash -c fails past it
 _OPERATOR_CHARS = frozenset(";&|<>()$`{}[]!\n-0123456789")
@@ -439,6 +453,26 @@ def _tuple_of_str(
     return items
 
 
+_NO_SPECS: Mapping[str, ProgramSpec] = MappingProxyType({})
+
+
+def _specs_field(value: object) -> Mapping[str, ProgramSpec]:
+    """``program_specs``: a mapping of program (or "prog sub") to `ProgramSpec`, or
+    ``"builtin"`` for the specs shipped with the package."""
+    if isinstance(value, str):
+        if value != "builtin":
+            raise ConfigurationError(
+                f"program_specs={value!r} is invalid: use \"builtin\" or a mapping of "
+                "program names to ProgramSpec.")
+        return builtin_specs()
+    if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, ProgramSpec) for k, v in value.items()):
+        raise ConfigurationError(
+            f"program_specs={value!r} is invalid: use \"builtin\" or a mapping of program "
+            "names to ProgramSpec (sandbox.bash.specs).")
+    return value if isinstance(value, MappingProxyType) else MappingProxyType(dict(value))
+
+
 def _limit(name: str, value: object, *, optional: bool, maximum: int | None = None) -> None:
     if value is None and optional:
         return
@@ -469,7 +503,9 @@ class BashToolPolicy:
     The remaining fields are this library's: output and input bounds, the child's
     environment (nothing is inherited unless named in ``inherit_env``), whether to
     drop root privileges (None: when running as root), the commands that need no
-    human confirmation, and the R7 hardening table.
+    human confirmation, the R7 hardening table, and the OS confinement of every
+    command (``filesystem``, ``readable_paths``, ``writable_paths``, ``network``,
+    ``confinement``; see sandbox/bash/confinement.py and SECURITY.md).
     """
 
     allowed_command_prefixes: tuple[str, ...] = ("*",)
@@ -488,9 +524,23 @@ class BashToolPolicy:
     rlimits_via: str = "preexec_fn"
     no_confirmation_prefixes: tuple[str, ...] = ()
     hardening: tuple[HardeningRule, ...] = DEFAULT_HARDENING
+    program_specs: Mapping[str, ProgramSpec] = field(default_factory=lambda: _NO_SPECS)
+    # OS confinement (see sandbox/bash/confinement.py and SECURITY.md).
+    filesystem: str = "read-write"
+    readable_paths: tuple[str, ...] = ()
+    writable_paths: tuple[str, ...] = ()
+    network: str = "none"
+    confinement: str = "best-effort"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+        for name in ("readable_paths", "writable_paths"):
+            set_(self, name, _tuple_of_str(name, getattr(self, name), "('/opt/tools',)",
+                                           blank_ok=True))  # fmt: skip
+        ConfinementRequest(
+            filesystem=self.filesystem, readable_paths=self.readable_paths,
+            writable_paths=self.writable_paths, network=self.network, mode=self.confinement,
+        )  # fmt: skip
         allowed = _tuple_of_str(
             "allowed_command_prefixes", self.allowed_command_prefixes, "('git status', 'ls')"
         )
@@ -518,6 +568,10 @@ class BashToolPolicy:
                 f"timeout_seconds={timeout!r} is invalid: it must be a positive number of "
                 "seconds, or None for no timeout."
             )
+        for name in ("max_memory_bytes", "max_file_size_bytes", "max_output_bytes"):
+            size = getattr(self, name)
+            if isinstance(size, str):  # "1GiB", as a policy file may write it
+                set_(self, name, _byte_size(name, size))
         for name in ("max_memory_bytes", "max_file_size_bytes", "max_child_processes"):
             _limit(name, getattr(self, name), optional=True)
         _limit("max_output_bytes", self.max_output_bytes, optional=False)
@@ -598,6 +652,7 @@ class BashToolPolicy:
             "_by_program",
             {k: _ProgramRules.build(k, v) for k, v in by_program.items()},
         )
+        set_(self, "program_specs", _specs_field(self.program_specs))
         set_(self, "_env_rules", tuple(r for r in rules if r.env is not None))
         set_(self, "_redirect_rules", tuple(r for r in rules if r.redirect is not None))
 
@@ -606,11 +661,14 @@ class BashToolPolicy:
         # read-only env mapping are derived, and mappingproxy does not pickle.
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values["env"] = dict(self.env)
+        values["program_specs"] = dict(self.program_specs)
         return (_rebuild_policy, (type(self), values))
 
     def __hash__(self) -> int:
+        names = [f.name for f in fields(self)]
         values = [getattr(self, f.name) for f in fields(self)]
-        values[[f.name for f in fields(self)].index("env")] = tuple(sorted(self.env.items()))
+        values[names.index("env")] = tuple(sorted(self.env.items()))
+        values[names.index("program_specs")] = tuple(sorted(self.program_specs))
         return hash(tuple(values))
 
     # -- deciding ------------------------------------------------------------------
@@ -732,8 +790,9 @@ class BashToolPolicy:
         """The first rule ``script`` breaks; fills ``matched`` with the prefixes used."""
         allowed: _Prefixes = self.__dict__["_allowed"]
         wildcard = allowed.wildcard
+        specs = self.program_specs
         for finding in script.findings:
-            if finding.rule in ("R8", "R6"):
+            if finding.rule in ("R8", "R6", "R9"):
                 return _Blocked(finding.rule, finding.message, None, finding.token)
         if not script.source.strip() or (
             not script.commands
@@ -751,7 +810,7 @@ class BashToolPolicy:
                     "R1",
                     f"{spelled} is used as bash {op.kind.replace('_', ' ')}{also}; "
                     f"this policy blocks {', '.join(map(repr, self.blocked_operators))}. "
-                    "Quoted text is not affected; run one command per call instead.",
+                    f"Quoted text is not affected; {_r1_advice(op.kind, op.text)}",
                     None,
                     op.text,
                 )
@@ -774,6 +833,10 @@ class BashToolPolicy:
             problem = self._hardening(cmd)
             if problem is not None:
                 return problem
+            if specs and cmd.words:
+                problem = self._spec(cmd, specs)
+                if problem is not None:
+                    return problem
         if not wildcard:
             for finding in script.findings:
                 if finding.rule == "R2":
@@ -785,6 +848,19 @@ class BashToolPolicy:
         if prefixes.wildcard:
             return ("*",)
         text = cmd.text
+        if cmd.kind == "loop":
+            name = cmd.assignments[0].name
+            if (_LOOP_NAME.match(name) and name not in self.env and name not in self.inherit_env
+                    and name not in _READ_LOWERCASE):
+                return ()  # a shell variable no program and no part of bash reads
+            return _Blocked(
+                "R5",
+                f"the loop variable {name!r} is assigned on every iteration, and bash or the "
+                "programs it runs read that name; use a lower-case name of your own "
+                "(for f in …)",
+                text,
+                name,
+            )
         assigned = [scan_word(a.text).value for a in cmd.assignments] if cmd.assignments else []
         if not cmd.words:
             if not assigned:
@@ -884,6 +960,19 @@ class BashToolPolicy:
         shown = [" ".join(p) for p in prefixes.entries]
         listed = ", ".join(shown[:20]) + (", …" if len(shown) > 20 else "")
         return f"Allowed prefixes: {_shown(listed, 400)}."
+
+    def _spec(self, cmd: SimpleCommand, specs: Mapping[str, ProgramSpec]) -> _Blocked | None:
+        """R7 as an allowlist: the command line must fit its program's spec."""
+        violation = check_spec(cmd.words, specs)
+        if violation is None:
+            return None
+        return _Blocked(
+            "R7",
+            f"{violation.message} [spec {violation.spec!r}]. Run it without that, or extend "
+            "the spec ([programs] in the policy file) if it is safe.",
+            cmd.text,
+            violation.token,
+        )
 
     def _hardening(self, cmd: SimpleCommand) -> _Blocked | None:
         """R7 for one simple command: its program, and any program a wrapper runs."""
@@ -1013,13 +1102,43 @@ def _rebuild_policy(cls: type[BashToolPolicy], values: dict[str, Any]) -> BashTo
 # -- policy files -------------------------------------------------------------------
 
 _STRING_TUPLES = ("allowed_command_prefixes", "blocked_operators", "inherit_env",
-                  "no_confirmation_prefixes")  # fmt: skip
+                  "no_confirmation_prefixes", "readable_paths", "writable_paths")  # fmt: skip
+_CHOICES = {"filesystem": FILESYSTEM_MODES, "network": NETWORK_MODES,
+            "confinement": CONFINEMENT_MODES}  # fmt: skip
 _OPTIONAL_LIMITS = ("max_memory_bytes", "max_file_size_bytes", "max_child_processes")
 _LIMITS = ("max_output_bytes", "max_command_bytes", "max_parse_depth")
 _SECONDS = ("timeout_seconds", "max_parse_seconds")
-_FILE_ONLY = ("default_hardening", "description")
+_FILE_ONLY = ("default_hardening", "description", "programs")
 _RULE_KEYS = ("why", "program", "option", "pattern", "subcommands", "before_subcommand",
               "unless_any", "analyzer", "env", "redirect")  # fmt: skip
+
+
+def _r1_advice(kind: str, text: str) -> str:
+    """What to do instead of a blocked operator, in words that fit that operator."""
+    if kind == "redirect" and ">" in text:
+        return ("drop the redirection: the call returns stdout and stderr (separately), "
+                "so nothing needs to be written to a file.")
+    if kind == "redirect":
+        return "name the file as an argument instead (e.g. `wc -l FILE`, not `wc -l < FILE`)."
+    if kind in ("heredoc", "herestring"):
+        return "pass the text as an argument instead."
+    if kind == "pipe":
+        return "run each command in its own call and work with its output."
+    if kind == "command_substitution":
+        return "run the inner command in its own call first, then use its output."
+    return "run one command per call instead."
+
+
+def _byte_size(name: str, value: str) -> int:
+    """A size written as text ("512MiB", "1GiB", "1GB"), read by pydantic's ByteSize."""
+    from pydantic import ByteSize, TypeAdapter, ValidationError
+
+    try:
+        return int(TypeAdapter(ByteSize).validate_python(value))
+    except ValidationError:
+        raise ConfigurationError(
+            f'{name}={value!r} is invalid: write a number of bytes or a size such as '
+            f'"512MiB" or "1GiB".') from None
 
 
 def _size(source: str, key: str, value: object, *, optional: bool) -> int | None:
@@ -1100,8 +1219,24 @@ def _from_mapping(
                     f"{source}: drop_privileges = {value!r} is invalid: write true, false "
                     'or "auto".'
                 )
+        elif key in _CHOICES:
+            if value not in _CHOICES[key]:
+                raise PolicyFileError(
+                    f"{source}: {key} = {value!r} is invalid: write one of "
+                    + ", ".join(f'"{c}"' for c in _CHOICES[key]) + "."
+                )
+            kwargs[key] = value
         elif key == "hardening":
             kwargs[key] = _rules_from(source, value)
+        elif key == "program_specs":
+            if value != "builtin":
+                raise PolicyFileError(
+                    f'{source}: program_specs = {value!r} is invalid: write "builtin" (the '
+                    "specs shipped with sandbox), and add or replace specs in [programs.NAME] "
+                    "tables.")
+            kwargs[key] = dict(builtin_specs())
+        elif key == "programs":
+            pass  # after program_specs, below
         elif key in ("default_hardening", "description"):
             expected = bool if key == "default_hardening" else str
             if not isinstance(value, expected):
@@ -1109,6 +1244,18 @@ def _from_mapping(
                     f"{source}: {key} = {value!r} is invalid: write a "
                     f"{'boolean' if expected is bool else 'string'}."
                 )
+    if "allowed_command_prefixes" not in data:
+        raise PolicyFileError(
+            f"{source}: allowed_command_prefixes is missing. A policy file must state its "
+            'allowlist, e.g. allowed_command_prefixes = ["ls", "git status"]; to allow every '
+            'program write allowed_command_prefixes = ["*"].'
+        )
+    if "programs" in data:
+        try:
+            kwargs["program_specs"] = merged_specs(
+                kwargs.get("program_specs", {}), data["programs"], source=source)
+        except ConfigurationError as exc:
+            raise PolicyFileError(str(exc)) from None
     extra: tuple[HardeningRule, ...] = kwargs.pop("hardening", ())
     base = DEFAULT_HARDENING if data.get("default_hardening", True) else ()
     kwargs["hardening"] = base + extra

@@ -18,9 +18,10 @@ import anyio.to_thread
 from ..errors import ConfigurationError
 from ..tools.base import BaseTool, ToolArgumentError
 from ..tools.context import ToolContext
+from .confinement import ConfinementRequest
 from .parse import escape_controls
 from .policy import BashToolPolicy, PolicyDecision
-from .process import Limits, _unprivileged_identity, run_bash
+from .process import Limits, ProcessResult, _unprivileged_identity, run_bash
 
 # Commands longer than this may take tens of milliseconds to check (the policy parses
 # them in a guarded child process): keep that off the event loop.
@@ -81,6 +82,13 @@ class ExecuteBashTool(BaseTool):
         # One call asks the policy up to four times (refusal, confirmation, what the human
         # sees, rule matching); the decision depends only on the command text.
         self._decide = functools.lru_cache(maxsize=256)(policy.check)
+        self._confinement = ConfinementRequest(
+            filesystem=policy.filesystem,
+            readable_paths=policy.readable_paths,
+            writable_paths=policy.writable_paths,
+            network=policy.network,
+            mode=policy.confinement,
+        )
         self._limits = Limits(
             max_memory_bytes=policy.max_memory_bytes,
             max_file_size_bytes=policy.max_file_size_bytes,
@@ -209,6 +217,7 @@ class ExecuteBashTool(BaseTool):
                 max_output_bytes=self.policy.max_output_bytes,
                 drop_privileges=self._drop,
                 rlimits_via=self.policy.rlimits_via,
+                confinement=self._confinement,
             )
         except (ConfigurationError, OSError) as exc:
             return {"error": f"Execution failed: {exc}", "stdout": "", "stderr": "",
@@ -220,10 +229,13 @@ class ExecuteBashTool(BaseTool):
             "timed_out": outcome.timed_out,
             "truncated": outcome.truncated,
             "duration_ms": round(outcome.duration_ms, 3),
-            "containment": outcome.containment,
+            "containment": _containment_report(outcome, self._limits),
             "privileges": f"uid {self._identity[0]}" if self._drop else (
                 "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"),
         }
+        missing = (outcome.protections or {}).get("missing")
+        if missing:
+            result["confinement_missing"] = missing
         if outcome.truncated:
             result["stdout_bytes_dropped"] = outcome.stdout_bytes_dropped
             result["stderr_bytes_dropped"] = outcome.stderr_bytes_dropped
@@ -235,3 +247,20 @@ class ExecuteBashTool(BaseTool):
                 "process tree was killed. Output produced before that is included."
             )
         return result
+
+
+def _containment_report(outcome: ProcessResult, limits: Limits) -> dict[str, str]:
+    """Every protection of one run, "active: ..." or "inactive: <reason>"."""
+    report = {"process-tree": f"active: {outcome.containment}" + (
+        " (misses setsid escapes)" if outcome.containment == "killpg" else "")}
+    for layer, state in (outcome.protections or {}).items():
+        if layer != "missing":
+            report[layer] = state
+    rlimits = [name for name, value in (("RLIMIT_AS", limits.max_memory_bytes),
+               ("RLIMIT_FSIZE", limits.max_file_size_bytes),
+               ("RLIMIT_NPROC", limits.max_child_processes)) if value is not None]  # fmt: skip
+    report["rlimits"] = f"active: {', '.join(rlimits)}" if rlimits else "inactive: none set"
+    if outcome.nproc_enforcement is not None:
+        state = "inactive" if "ineffective" in outcome.nproc_enforcement else "active"
+        report["max-child-processes"] = f"{state}: {outcome.nproc_enforcement}"
+    return report

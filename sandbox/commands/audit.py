@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 from ..audit import verify_audit
@@ -50,7 +51,11 @@ def _verify(args: argparse.Namespace) -> int:
     try:
         result = verify_audit(args.path, anchor=store)
     except FileNotFoundError:
-        print(f"sandbox audit verify: no such file {args.path!r}")
+        print(f"sandbox audit verify: no such file {args.path!r}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"sandbox audit verify: cannot read {args.path!r}: {exc.strerror}",
+              file=sys.stderr)
         return 2
     finally:
         if store is not None:

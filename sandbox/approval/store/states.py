@@ -10,7 +10,7 @@ A call's life::
      │         └──► awaiting (the tool asked from inside)
      ├──► awaiting ──► approved ──► started
      │        ├──► editing ──► approved | awaiting | rejected | blocked | error
-     │        └──► denied | timed_out | error | rejected
+     │        └──► denied | timed_out | error | rejected | cancelled
      ├──► blocked | error | rejected          (refused before anything ran)
      └──► abandoned ──► new                   (its worker died before starting it)
 
@@ -48,6 +48,7 @@ class CallState(StrEnum):
     ERROR = "error"
     IN_DOUBT = "in_doubt"
     ABANDONED = "abandoned"
+    CANCELLED = "cancelled"
 
 
 class RequestStatus(StrEnum):
@@ -64,7 +65,7 @@ C = CallState
 
 #: Outcomes a call can be ended with by `finish` (its worker recording how it went).
 ENDINGS = frozenset({C.DONE, C.FAILED, C.DENIED, C.BLOCKED, C.REJECTED, C.TIMED_OUT,
-                     C.ERROR, C.IN_DOUBT})
+                     C.ERROR, C.IN_DOUBT, C.CANCELLED})
 
 #: Every allowed move: state -> the states it may go to.
 TRANSITIONS: Mapping[CallState, frozenset[CallState]] = {
