@@ -86,6 +86,15 @@ def test_a_page_is_bounded_and_a_bad_limit_is_a_clear_error(make: Make) -> None:
         store.list_pending(limit=10_000)
 
 
+def test_an_unknown_cursor_gives_an_empty_page(make: Make) -> None:
+    store = make()
+    park(store, "c1")
+
+    page = store.list_pending(limit=5, after="cf_nope")
+
+    assert page.items == [] and page.next is None and page.total == 1
+
+
 def test_pending_pages_filter_by_session(make: Make) -> None:
     store = make()
     mine = [park(store, f"a{i}", "s1") for i in range(3)]

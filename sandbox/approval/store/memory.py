@@ -589,19 +589,22 @@ class MemoryApprovalStore(ApprovalStore):
     def list_pending(self, *, limit: int, after: str | None = None,
                      session_id: str | None = None) -> Page:
         self._check_page(limit)
-        waiting = self.pending(session_id=session_id)  # closes expired ones first
-        start = 0
-        if after is not None:
-            with self._lock:
+        self.pending(session_id=session_id)  # closes expired requests first
+        with self._lock:
+            self._check_open()
+            waiting = sorted((r for r in self._pending.values()
+                              if session_id is None or r.session_id == session_id),
+                             key=lambda r: (r.created, r.id))
+            if after is not None:
+                # An unknown cursor gives an empty page, as in SQL (the comparison is NULL).
                 cursor = self._requests.get(after)
-            if cursor is not None:
-                key = (cursor.created, cursor.id)
-                start = next((i for i, r in enumerate(waiting)
-                              if (r.created_at.timestamp(), r.id) > key), len(waiting))
-        items = waiting[start:start + limit]
-        more = start + limit < len(waiting)
-        return Page(items=items, next=items[-1].id if more and items else None,
-                    total=len(waiting))
+                rest = [] if cursor is None else [
+                    r for r in waiting if (r.created, r.id) > (cursor.created, cursor.id)]
+            else:
+                rest = waiting
+            items = [r.public() for r in rest[:limit]]
+        more = len(rest) > limit
+        return Page(items=items, next=items[-1].id if more else None, total=len(waiting))
 
     # -- rules -----------------------------------------------------------------------------
 
