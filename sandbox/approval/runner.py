@@ -43,7 +43,7 @@ from .providers import (
 )
 from .results import Awaiting, NotRun, Status
 from .rules import Rule, RuleBook
-from .store import ApprovalStore, CallRecord, _dt, _Owner, new_id
+from .store import ApprovalStore, CallRecord, _dt, _Owner, new_id, open_store
 
 T = TypeVar("T")
 
@@ -173,9 +173,12 @@ class ToolRunner:
             )
         if audit is not None and audit_path is not None:
             raise ConfigurationError("pass either audit or audit_path, not both")
-        self.store = store if store is not None else ApprovalStore(store_path)
+        self.store = store if store is not None else open_store(store_path)
         self.provider = provider
-        self.audit = audit if audit is not None else AuditLog(audit_path, redact=redact)
+        # A log written here is anchored in the store: its head (count, last hash) lets
+        # `verify_audit(path, anchor=store)` see records cut off its end.
+        self.audit = audit if audit is not None else AuditLog(audit_path, redact=redact,
+                                                              anchor=self.store)
         self.approval_ttl = approval_ttl
         self.max_rounds = max_rounds
         if max_args_bytes < 1:
@@ -192,7 +195,7 @@ class ToolRunner:
         self.rule_session = session_id or new_id("session")
         # A file may be shared with other processes whose SQLite locks we may wait on:
         # keep those waits off the event loop. An in-memory store never waits.
-        self._offload = self.store.path is not None
+        self._offload = self.store.blocking
         if self._offload:
             for rec in self.store.in_doubt():
                 self.audit.emit("tool.in_doubt", tool=rec.tool, call_id=rec.call_id,

@@ -18,7 +18,7 @@ from typing import Any
 from ..approval.display import escape_text, render_args, rule_subjects_of, visible_details
 from ..approval.models import ConfirmationRequest, Decision, Remember, RulePattern
 from ..approval.rules import Rule, RuleBook, check_patterns
-from ..approval.store import ApprovalStore
+from ..approval.store import ApprovalStore, open_store
 from ..errors import (
     ConfigurationError,
     ConfirmationStateError,
@@ -142,7 +142,7 @@ def _open_store(args: argparse.Namespace, *, create: bool = False) -> ApprovalSt
     if path.is_dir():
         raise _Exit(2, f"{path} is a directory, not an approval store; pass --store FILE")
     try:
-        return ApprovalStore(path)
+        return open_store(path)
     except StoreError as exc:
         raise _Exit(2, f"{exc} (is --store the SQLite file your ToolRunner uses?)") from None
 

@@ -180,7 +180,7 @@ def _is_loopback(host: str) -> bool:
 
 def build_gate(args: argparse.Namespace) -> Any:
     """The `GatedToolServer` the command line describes (errors name the bad option)."""
-    from ..approval.store import ApprovalStore
+    from ..approval.store import open_store
     from ..audit import AuditLog
     from ..errors import ConfigurationError
     from ..integrations.mcp import GatedToolServer
@@ -201,7 +201,7 @@ def build_gate(args: argparse.Namespace) -> Any:
         raise ConfigurationError(
             "--approvals queue needs --store FILE: the answer is recorded there by the web "
             "page or `sandbox approvals`, which must open the same file")
-    store = _open_store(args.store) if args.store else ApprovalStore()
+    store = _open_store(args.store) if args.store else open_store()
     provider: Any = None
     if args.approvals == "queue":
         from ..approval.queue import QueueConfirmationProvider
@@ -221,11 +221,11 @@ def build_gate(args: argparse.Namespace) -> Any:
 def _open_store(path: str) -> Any:
     import sqlite3
 
-    from ..approval.store import ApprovalStore
+    from ..approval.store import open_store
     from ..errors import ConfigurationError
 
     try:
-        return ApprovalStore(path)
+        return open_store(path)
     except sqlite3.DatabaseError as exc:
         raise ConfigurationError(f"--store {path!r} is not an approval store (SQLite): "
                                  f"{exc}") from None

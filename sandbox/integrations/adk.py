@@ -71,7 +71,7 @@ except ImportError:  # pragma: no cover
 from ..approval.models import Decision, args_digest
 from ..approval.providers import ConfirmationProvider
 from ..approval.runner import ToolRunner
-from ..approval.store import ApprovalStore
+from ..approval.store import ApprovalStore, open_store
 from ..audit import AuditLog
 from ..errors import ConfigurationError, DuplicateCallError, UnknownCallError
 from ..tools.base import BaseTool, ToolArgumentError, confirmation_hint_text
@@ -289,7 +289,7 @@ class ApprovalPlugin(BasePlugin):
         if audit is not None and audit_path is not None:
             raise ConfigurationError("pass either audit or audit_path, not both")
         self.provider = provider
-        self.store = store if store is not None else ApprovalStore(store_path)
+        self.store = store if store is not None else open_store(store_path)
         self.audit = audit if audit is not None else AuditLog(audit_path)
         self.approval_ttl = approval_ttl
         # One runner per (ADK session, tool): the runner's session id is the ADK

@@ -56,7 +56,7 @@ from ..approval.display import command_of, escape_text
 from ..approval.models import ConfirmationRequest, Decision
 from ..approval.providers import ConfirmationProvider, OnTimeout
 from ..approval.runner import ToolRunner
-from ..approval.store import ApprovalStore, new_id
+from ..approval.store import ApprovalStore, new_id, open_store
 from ..audit import AuditLog
 from ..errors import ConfigurationError, SandboxError, UnknownConfirmationError
 from ..tools.base import BaseTool
@@ -307,7 +307,7 @@ class GatedToolServer:
         self.provider = provider
         self.elicitation = elicitation
         self.approval_timeout = approval_timeout
-        self.store = store if store is not None else ApprovalStore()
+        self.store = store if store is not None else open_store()
         self.audit = audit if audit is not None else AuditLog()
         session = new_id("mcp")
         # One runner asks whichever channel the call has; the other leaves the request
