@@ -113,3 +113,38 @@ def test_one_call_parses_its_command_once(monkeypatch: pytest.MonkeyPatch) -> No
     policy.needs_confirmation(command)
     policy.check(command)
     assert calls == [command]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git log >/dev/null --output=/tmp/x",  # an option hidden from R7 after a redirect
+        "find . >/dev/null -delete",
+        "ls 2>/dev/null -la",
+        "cat <f.txt /etc/passwd",
+        "cat <<'EOF' /etc/passwd\nhi\nEOF",
+    ],
+)
+def test_words_after_a_redirection_target_are_refused(command: str) -> None:
+    """bash passes them to the command; tree-sitter-bash hangs them on the redirection,
+    where no argv rule sees them (found by the stub-executing fuzzer)."""
+    policy = BashToolPolicy(allowed_command_prefixes=("git log", "find", "ls", "cat"))
+    decision = policy.check(command)
+    assert not decision.allowed
+    assert decision.rule == "R9", decision.reason
+    assert "after a redirection" in decision.reason
+
+
+@pytest.mark.parametrize(
+    "command", ["ls -la 2>&1", "cat <<EOF | wc -l\nhi\nEOF", "cat <<< hi", "ls >/dev/null"]
+)
+def test_redirections_at_the_end_still_pass(command: str) -> None:
+    assert LS.check(command).allowed, LS.check(command)
+
+
+def test_ansi_c_control_escape_before_the_closing_quote_has_no_known_value() -> None:
+    """bash reads $'\\c' as the two characters backslash, c; the word is not a literal."""
+    from sandbox.bash.parse import scan_word
+
+    assert scan_word("$'\\c'").value is None
+    assert scan_word("$'\\cA'").value == "\x01"

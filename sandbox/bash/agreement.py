@@ -65,6 +65,14 @@ _OPENERS = frozenset({"$(", "`", "${", "$((", "((", "$[", '"', '$"', "<(", ">(",
 # Nodes bash reads as (part of) one word: no blank may separate their children.
 _ONE_WORD = frozenset({"simple_expansion", "concatenation"})
 _ARITHMETIC = frozenset({"arithmetic_expansion", "c_style_for_statement"})
+_REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+# Named children of a redirection that are not a word bash would pass as an argument.
+_NOT_TARGET = frozenset({
+    "file_descriptor", "heredoc_start", "heredoc_body", "heredoc_end",
+    # what tree-sitter hangs after a here-document's first line
+    "pipeline", "list", "command", "redirected_statement", "file_redirect",
+    "heredoc_redirect", "herestring_redirect", "subshell", "compound_statement",
+})  # fmt: skip
 _RESERVED = frozenset({
     "if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until",
     "do", "done", "in", "function", "time", "coproc", "{", "}", "!", "[[", "]]",
@@ -147,6 +155,8 @@ class _Checker:
             self.backquoted(node)
         if test and kind == "concatenation" and self.data[node.start_byte : node.end_byte] == b"]]":
             self.fail("']]' read as a word inside [[ ]] (bash ends the test there)", node.start_byte)
+        if kind in _REDIRECTS:
+            self.redirect_targets(node, kind)
         if kind in _ONE_WORD:
             children = node.children
             for before, after in itertools.pairwise(children):
@@ -158,6 +168,19 @@ class _Checker:
             test = True
         for child in node.children:
             self.node(child, arithmetic=arithmetic, test=test)
+
+    def redirect_targets(self, node: Node, kind: str) -> None:
+        """bash passes the words after a redirection's target to the command as
+        arguments (``git log >/dev/null --output=x`` runs ``git log --output=x``);
+        tree-sitter-bash hangs them on the redirection, out of every argv check."""
+        targets = [c for c in node.named_children if c.type not in _NOT_TARGET]
+        first_extra = 0 if kind == "heredoc_redirect" else 1
+        if len(targets) > first_extra:
+            self.fail(
+                "a word after a redirection's target (bash passes it to the command as an "
+                "argument; put redirections after the last argument)",
+                targets[first_extra].start_byte,
+            )
 
     def leaf(self, node: Node, kind: str, *, arithmetic: bool, test: bool) -> None:
         start, end = node.start_byte, node.end_byte

@@ -266,7 +266,9 @@ def _ansi_c(text: str, i: int, out: list[str]) -> int:
                 decoded = chr(code)
             i = j
         elif esc == "c":
-            if i >= n:
+            if i >= n or text[i] in "'\\":
+                # bash keeps a \c just before the closing quote as the text "\c"
+                # ($'\c' is two characters), and \c\ is not worth modelling
                 raise _Dynamic
             decoded = chr(ord(text[i]) & 0x1F)
             i += 1
