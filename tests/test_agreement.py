@@ -148,3 +148,10 @@ def test_ansi_c_control_escape_before_the_closing_quote_has_no_known_value() -> 
 
     assert scan_word("$'\\c'").value is None
     assert scan_word("$'\\cA'").value == "\x01"
+
+
+def test_an_escaped_blank_before_a_line_join_joins_the_words() -> None:
+    """``p\\ \\<newline>a`` is the one word "p a" to bash; tree-sitter reads two words."""
+    decision = BashToolPolicy(allowed_command_prefixes=("ls",)).check("ls p\\ \\\na")
+    assert not decision.allowed
+    assert decision.rule in ("R6", "R9"), decision.reason

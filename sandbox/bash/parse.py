@@ -1188,7 +1188,10 @@ class _Walk:
             if quoted[pos]:
                 joined = prev == b"$"  # in double quotes only "$" + "(" matters
             else:
-                joined = prev not in (b"", b" ", b"\t", b"\n") and nxt not in (
+                # a blank escaped by a backslash is part of the word before it
+                # (``p\ \<newline>a`` is the one word "p a" to bash)
+                escaped_blank = prev in (b" ", b"\t") and _odd_backslashes(data, pos - 1)
+                joined = (escaped_blank or prev not in (b"", b" ", b"\t", b"\n")) and nxt not in (
                     b"",
                     b" ",
                     b"\t",
@@ -1275,6 +1278,14 @@ class _Walk:
         self.redirects.append(
             Redirect(operator, words[0] if words else None, self.offset(node.start_byte))
         )
+
+
+def _odd_backslashes(data: bytes, end: int) -> bool:
+    """Whether an odd run of backslashes ends just before ``end`` (escaping data[end])."""
+    k = end
+    while k > 0 and data[k - 1] == 0x5C:
+        k -= 1
+    return (end - k) % 2 == 1
 
 
 _CONTINUATION = re.compile(rb"\\+\n")
