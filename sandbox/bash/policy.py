@@ -364,6 +364,14 @@ class _ProgramRules:
         return None
 
 
+def _negates(word: Word, options: Sequence[str]) -> bool:
+    """Whether ``word`` is ``--no-X`` (X possibly abbreviated) for an ``--X`` in ``options``."""
+    if word.value is None or not word.value.startswith("--no-"):
+        return False
+    name = "--" + word.value[5:].partition("=")[0]
+    return len(name) > 2 and any(o.startswith(name) for o in options if o.startswith("--"))
+
+
 def _rule_fires(
     rule: HardeningRule,
     words: Sequence[Word],
@@ -375,7 +383,13 @@ def _rule_fires(
     """Whether ``rule`` applies to ``words`` (program first; ``args`` are the rest
     as the program reads them; ``options`` the indexes of args that may be
     options), and where."""
-    if rule.unless_any and any(w.value in rule.unless_any for w in args):
+    if (
+        rule.unless_any
+        and any(w.value in rule.unless_any for w in args)
+        # A negation (--no-get, or abbreviated --no-g) undoes the exempting option,
+        # as git's parse-options reads it.
+        and not any(_negates(w, rule.unless_any) for w in args)
+    ):
         return None
     program = rule.program or ""
     label = program
@@ -824,17 +838,23 @@ class BashToolPolicy:
                     name,
                 )
         for cmd in script.commands:
+            use = specs
             if not wildcard:
                 result = self._allowlist(cmd, allowed)
                 if isinstance(result, _Blocked):
                     return result
                 if result:
                     matched.append(" ".join(result))
+                    # A prefix that pins an option ("git remote -v", "git branch
+                    # --list") states a mode; without specs of the policy's own,
+                    # the shipped ones keep it (no further subcommand, no negation).
+                    if not use and any(w.startswith("-") for w in result[1:]):
+                        use = builtin_specs()
             problem = self._hardening(cmd)
             if problem is not None:
                 return problem
-            if specs and cmd.words:
-                problem = self._spec(cmd, specs)
+            if use and cmd.words:
+                problem = self._spec(cmd, use)
                 if problem is not None:
                     return problem
         if not wildcard:
