@@ -24,6 +24,7 @@ a boundary (``sh -c '…'`` is allowed); use prefixes for a boundary.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
@@ -849,7 +850,9 @@ class BashToolPolicy:
                     # --list") states a mode; without specs of the policy's own,
                     # the shipped ones keep it (no further subcommand, no negation).
                     if not use and any(w.startswith("-") for w in result[1:]):
-                        use = builtin_specs()
+                        path = " ".join(itertools.takewhile(lambda w: not w.startswith("-"), result))
+                        if path in builtin_specs():
+                            use = builtin_specs()
             problem = self._hardening(cmd)
             if problem is not None:
                 return problem
