@@ -564,15 +564,15 @@ def test_a_request_committed_late_with_an_earlier_time_still_shows(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A slower process's request can sort before the last card shown: paging after that
     card would miss it, so the page fetches every id the event names."""
-    import sandbox.approval.store as store_module
+    import sandbox.approval.store.sqlite as store_module
 
     page = wide_page
     effect = tmp_path / "effect.txt"
     defer(store_path, effect, "make one")
     page.goto(served.url)
     card(page, "make one")
-    real_now = store_module._now
-    monkeypatch.setattr(store_module, "_now", lambda: real_now() - 60)
+    real_now = store_module.clock
+    monkeypatch.setattr(store_module, "clock", lambda: real_now() - 60)
     defer(store_path, effect, "make early")
     monkeypatch.undo()
     card(page, "make early")
