@@ -92,3 +92,24 @@ def test_a_loop_variable_is_an_assignment() -> None:
 )
 def test_ordinary_commands_still_pass(command: str) -> None:
     assert LS.check(command).allowed, LS.check(command)
+
+
+def test_one_call_parses_its_command_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """precheck, remembered-rule subjects and the confirmation question share one parse."""
+    import sandbox.bash.policy as policy_module
+
+    calls: list[str] = []
+    real = policy_module.parse
+
+    def counting(source: str, **kw: object) -> object:
+        calls.append(source)
+        return real(source, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(policy_module, "parse", counting)
+    policy = BashToolPolicy(allowed_command_prefixes=("ls", "wc"))
+    command = "ls -la | wc -l  # " + "x" * 5000
+    policy.check(command)
+    policy.rule_subjects(command)
+    policy.needs_confirmation(command)
+    policy.check(command)
+    assert calls == [command]

@@ -29,6 +29,8 @@ import math
 import os
 import re
 import sys
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -465,6 +467,8 @@ def _tuple_of_str(
 
 
 _NO_SPECS: Mapping[str, ProgramSpec] = MappingProxyType({})
+# Decisions a policy keeps (commands are at most max_command_bytes long).
+_MEMO_SIZE = 64
 
 
 def _specs_field(value: object) -> Mapping[str, ProgramSpec]:
@@ -665,6 +669,8 @@ class BashToolPolicy:
         )
         set_(self, "program_specs", _specs_field(self.program_specs))
         set_(self, "_env_rules", tuple(r for r in rules if r.env is not None))
+        set_(self, "_memo", OrderedDict())
+        set_(self, "_memo_lock", threading.Lock())
         set_(self, "_redirect_rules", tuple(r for r in rules if r.redirect is not None))
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -753,6 +759,27 @@ class BashToolPolicy:
         return decision.commands
 
     def _decide(self, command: object) -> tuple[PolicyDecision, ParsedScript | None]:
+        """The decision and parse of ``command``, each command parsed once: a call
+        asks for the decision (precheck), the subjects a remembered rule matches and
+        whether a human must confirm, and a long command can take tens of ms to parse.
+        The policy is immutable, so its decisions are kept (a small LRU, per policy)."""
+        if isinstance(command, str):
+            memo: OrderedDict[str, tuple[PolicyDecision, ParsedScript | None]]
+            memo, lock = self.__dict__["_memo"], self.__dict__["_memo_lock"]
+            with lock:
+                found = memo.get(command)
+                if found is not None:
+                    memo.move_to_end(command)
+                    return found
+            result = self._decide_uncached(command)
+            with lock:
+                memo[command] = result
+                if len(memo) > _MEMO_SIZE:
+                    memo.popitem(last=False)
+            return result
+        return self._decide_uncached(command)
+
+    def _decide_uncached(self, command: object) -> tuple[PolicyDecision, ParsedScript | None]:
         if not isinstance(command, str):
             return PolicyDecision(
                 allowed=False,
