@@ -24,6 +24,7 @@ a boundary (``sh -c '…'`` is allowed); use prefixes for a boundary.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
@@ -40,9 +41,6 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import ConfigurationError, PolicyFileError
 from .confinement import (
-    CONFINEMENT_MODES,
-    FILESYSTEM_MODES,
-    NETWORK_MODES,
     ConfinementRequest,
 )
 from .hardening import ANALYZERS, DEFAULT_HARDENING, PROGRAM_SYNTAX, HardeningRule, ProgramSyntax
@@ -56,7 +54,6 @@ from .parse import (
     scan_word,
 )
 from .specs import ProgramSpec, builtin_specs, check_spec
-from .specs import merged as merged_specs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -366,6 +363,14 @@ class _ProgramRules:
         return None
 
 
+def _negates(word: Word, options: Sequence[str]) -> bool:
+    """Whether ``word`` is ``--no-X`` (X possibly abbreviated) for an ``--X`` in ``options``."""
+    if word.value is None or not word.value.startswith("--no-"):
+        return False
+    name = "--" + word.value[5:].partition("=")[0]
+    return len(name) > 2 and any(o.startswith(name) for o in options if o.startswith("--"))
+
+
 def _rule_fires(
     rule: HardeningRule,
     words: Sequence[Word],
@@ -377,7 +382,13 @@ def _rule_fires(
     """Whether ``rule`` applies to ``words`` (program first; ``args`` are the rest
     as the program reads them; ``options`` the indexes of args that may be
     options), and where."""
-    if rule.unless_any and any(w.value in rule.unless_any for w in args):
+    if (
+        rule.unless_any
+        and any(w.value in rule.unless_any for w in args)
+        # A negation (--no-get, or abbreviated --no-g) undoes the exempting option,
+        # as git's parse-options reads it.
+        and not any(_negates(w, rule.unless_any) for w in args)
+    ):
         return None
     program = rule.program or ""
     label = program
@@ -851,17 +862,25 @@ class BashToolPolicy:
                     name,
                 )
         for cmd in script.commands:
+            use = specs
             if not wildcard:
                 result = self._allowlist(cmd, allowed)
                 if isinstance(result, _Blocked):
                     return result
                 if result:
                     matched.append(" ".join(result))
+                    # A prefix that pins an option ("git remote -v", "git branch
+                    # --list") states a mode; without specs of the policy's own,
+                    # the shipped ones keep it (no further subcommand, no negation).
+                    if not use and any(w.startswith("-") for w in result[1:]):
+                        path = " ".join(itertools.takewhile(lambda w: not w.startswith("-"), result))
+                        if path in builtin_specs():
+                            use = builtin_specs()
             problem = self._hardening(cmd)
             if problem is not None:
                 return problem
-            if specs and cmd.words:
-                problem = self._spec(cmd, specs)
+            if use and cmd.words:
+                problem = self._spec(cmd, use)
                 if problem is not None:
                     return problem
         if not wildcard:
@@ -1094,7 +1113,9 @@ class BashToolPolicy:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, source: str = "<mapping>") -> BashToolPolicy:
         """Build a policy from a mapping shaped like the TOML file (see `from_toml`)."""
-        return _from_mapping(cls, data, source)
+        from .policy_file import from_mapping
+
+        return from_mapping(cls, data, source)
 
     @classmethod
     def from_toml_string(cls, text: str, *, source: str = "<string>") -> BashToolPolicy:
@@ -1102,7 +1123,9 @@ class BashToolPolicy:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise PolicyFileError(f"{source}: not valid TOML: {exc}") from None
-        return _from_mapping(cls, data, source)
+        from .policy_file import from_mapping
+
+        return from_mapping(cls, data, source)
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> BashToolPolicy:
@@ -1126,20 +1149,7 @@ def _rebuild_policy(cls: type[BashToolPolicy], values: dict[str, Any]) -> BashTo
     return cls(**values)
 
 
-# -- policy files -------------------------------------------------------------------
-
-_STRING_TUPLES = ("allowed_command_prefixes", "blocked_operators", "inherit_env",
-                  "no_confirmation_prefixes", "readable_paths", "writable_paths")  # fmt: skip
-_CHOICES = {"filesystem": FILESYSTEM_MODES, "network": NETWORK_MODES,
-            "confinement": CONFINEMENT_MODES}  # fmt: skip
-_OPTIONAL_LIMITS = ("max_memory_bytes", "max_file_size_bytes", "max_child_processes")
-_LIMITS = ("max_output_bytes", "max_command_bytes", "max_parse_depth")
-_SECONDS = ("timeout_seconds", "max_parse_seconds")
-_FILE_ONLY = ("default_hardening", "description", "programs")
-_RULE_KEYS = ("why", "program", "option", "pattern", "subcommands", "before_subcommand",
-              "unless_any", "analyzer", "env", "redirect")  # fmt: skip
-
-
+# -- helpers kept beside the decision (policy files load in policy_file.py) ---------
 def _r1_advice(kind: str, text: str) -> str:
     """What to do instead of a blocked operator, in words that fit that operator."""
     if kind == "redirect" and ">" in text:
@@ -1166,152 +1176,3 @@ def _byte_size(name: str, value: str) -> int:
         raise ConfigurationError(
             f'{name}={value!r} is invalid: write a number of bytes or a size such as '
             f'"512MiB" or "1GiB".') from None
-
-
-def _size(source: str, key: str, value: object, *, optional: bool) -> int | None:
-    if value is False and optional:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        m = _SIZE.match(value)
-        if m is not None:
-            unit = (m.group(2) or "").lower().rstrip("b")
-            return int(m.group(1)) * _SIZE_UNITS[unit]
-    none = ", or false for no limit" if optional else ""
-    raise PolicyFileError(
-        f"{source}: {key} = {value!r} is invalid: write a positive integer or a size "
-        f'such as "512MiB"{none}.'
-    )
-
-
-def _from_mapping(
-    cls: type[BashToolPolicy], data: Mapping[str, Any], source: str
-) -> BashToolPolicy:
-    if not isinstance(data, Mapping):
-        raise PolicyFileError(
-            f"{source}: a policy must be a table of fields, not {type(data).__name__}"
-        )
-    valid = [f.name for f in fields(cls)] + list(_FILE_ONLY)
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in valid:
-            raise PolicyFileError(
-                f"{source}: unknown field {key!r}. Valid fields: {', '.join(valid)}."
-            )
-        if key in _STRING_TUPLES:
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise PolicyFileError(
-                    f"{source}: {key} = {value!r} is invalid: write an array of strings, "
-                    f'e.g. {key} = ["ls", "git status"].'
-                )
-            kwargs[key] = tuple(value)
-        elif key in _SECONDS:
-            if value is False and key == "timeout_seconds":
-                kwargs[key] = None
-            elif isinstance(value, int | float) and not isinstance(value, bool):
-                kwargs[key] = value
-            else:
-                none = ", or false for no timeout" if key == "timeout_seconds" else ""
-                raise PolicyFileError(
-                    f"{source}: {key} = {value!r} is invalid: write a number of seconds{none}."
-                )
-        elif key in _OPTIONAL_LIMITS:
-            kwargs[key] = _size(source, key, value, optional=True)
-        elif key in _LIMITS:
-            kwargs[key] = _size(source, key, value, optional=False)
-        elif key == "env":
-            if not isinstance(value, Mapping) or not all(
-                isinstance(v, str) for v in value.values()
-            ):
-                raise PolicyFileError(
-                    f"{source}: env = {value!r} is invalid: write a table of strings, e.g. "
-                    '[env]\nPATH = "/usr/bin:/bin".'
-                )
-            kwargs[key] = dict(value)
-        elif key == "rlimits_via":
-            if value not in ("preexec_fn", "prologue"):
-                raise PolicyFileError(
-                    f'{source}: rlimits_via = {value!r} is invalid: write "preexec_fn" or '
-                    '"prologue".'
-                )
-            kwargs[key] = value
-        elif key == "drop_privileges":
-            if value == "auto":
-                kwargs[key] = None
-            elif isinstance(value, bool):
-                kwargs[key] = value
-            else:
-                raise PolicyFileError(
-                    f"{source}: drop_privileges = {value!r} is invalid: write true, false "
-                    'or "auto".'
-                )
-        elif key in _CHOICES:
-            if value not in _CHOICES[key]:
-                raise PolicyFileError(
-                    f"{source}: {key} = {value!r} is invalid: write one of "
-                    + ", ".join(f'"{c}"' for c in _CHOICES[key]) + "."
-                )
-            kwargs[key] = value
-        elif key == "hardening":
-            kwargs[key] = _rules_from(source, value)
-        elif key == "program_specs":
-            if value != "builtin":
-                raise PolicyFileError(
-                    f'{source}: program_specs = {value!r} is invalid: write "builtin" (the '
-                    "specs shipped with sandbox), and add or replace specs in [programs.NAME] "
-                    "tables.")
-            kwargs[key] = dict(builtin_specs())
-        elif key == "programs":
-            pass  # after program_specs, below
-        elif key in ("default_hardening", "description"):
-            expected = bool if key == "default_hardening" else str
-            if not isinstance(value, expected):
-                raise PolicyFileError(
-                    f"{source}: {key} = {value!r} is invalid: write a "
-                    f"{'boolean' if expected is bool else 'string'}."
-                )
-    if "allowed_command_prefixes" not in data:
-        raise PolicyFileError(
-            f"{source}: allowed_command_prefixes is missing. A policy file must state its "
-            'allowlist, e.g. allowed_command_prefixes = ["ls", "git status"]; to allow every '
-            'program write allowed_command_prefixes = ["*"].'
-        )
-    if "programs" in data:
-        try:
-            kwargs["program_specs"] = merged_specs(
-                kwargs.get("program_specs", {}), data["programs"], source=source)
-        except ConfigurationError as exc:
-            raise PolicyFileError(str(exc)) from None
-    extra: tuple[HardeningRule, ...] = kwargs.pop("hardening", ())
-    base = DEFAULT_HARDENING if data.get("default_hardening", True) else ()
-    kwargs["hardening"] = base + extra
-    try:
-        return cls(**kwargs)
-    except PolicyFileError:
-        raise
-    except ConfigurationError as exc:
-        raise PolicyFileError(f"{source}: {exc}") from None
-
-
-def _rules_from(source: str, value: object) -> tuple[HardeningRule, ...]:
-    if not isinstance(value, list):
-        raise PolicyFileError(
-            f"{source}: hardening = {value!r} is invalid: write [[hardening]] tables with "
-            "program, option and why."
-        )
-    rules = []
-    for i, entry in enumerate(value):
-        where = f"{source}: hardening[{i}]"
-        if not isinstance(entry, Mapping):
-            raise PolicyFileError(f"{where} = {entry!r} is invalid: write a table.")
-        for key in entry:
-            if key not in _RULE_KEYS:
-                raise PolicyFileError(
-                    f"{where}: unknown field {key!r}. Valid fields: {', '.join(_RULE_KEYS)}."
-                )
-        try:
-            rules.append(HardeningRule(**dict(entry)))
-        except (ConfigurationError, TypeError) as exc:
-            raise PolicyFileError(f"{where}: {exc}") from None
-    return tuple(rules)
