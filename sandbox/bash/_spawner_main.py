@@ -1,11 +1,10 @@
 """The spawner process's loop (see `sandbox.bash.spawner`). Loaded by path under
-``python -I -S``: it imports only the stdlib and `sandbox.bash.child`."""
+``python -I -S``: it imports only the stdlib, `sandbox.bash.child` and the message
+framing of `sandbox.bash.spawner`."""
 
 from __future__ import annotations
 
-import array
 import os
-import pickle
 import select
 import signal
 import socket
@@ -14,27 +13,7 @@ import time
 from typing import Any
 
 from sandbox.bash.child import preexec_fn
-
-_MAX_FDS = 64
-_MAX_MESSAGE = 1 << 20
-
-
-def _send(sock: socket.socket, obj: Any, fds: list[int] | None = None) -> None:
-    anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-    sock.sendmsg([pickle.dumps(obj)], anc)
-
-
-def _recv(sock: socket.socket) -> tuple[Any, list[int]]:
-    fds = array.array("i")
-    data, anc, _flags, _addr = sock.recvmsg(_MAX_MESSAGE, socket.CMSG_SPACE(_MAX_FDS * 4))
-    for level, kind, payload in anc:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
-    if not data:
-        for fd in fds:
-            os.close(fd)
-        raise EOFError
-    return pickle.loads(data), list(fds)
+from sandbox.bash.spawner import _recv, _send
 
 
 class _Job:

@@ -232,5 +232,6 @@ def load(name):
 load("sandbox.errors")
 load("sandbox.bash.confinement")
 load("sandbox.bash.child")
+load("sandbox.bash.spawner")
 load("sandbox.bash._spawner_main").serve(fd, agent)
 """
