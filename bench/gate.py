@@ -91,6 +91,38 @@ def open_store(backend: str, directory: Path, name: str) -> ApprovalStore:
     return ApprovalStore(directory / f"{name}.db")
 
 
+ADK = "google-adk FunctionTool.run_async, async fn"
+#: Goals against ADK's own ungated call, measured in the same run (issue 10).
+GOAL_GATED_RATIO = 0.5
+GOAL_DEFERRED_RATIO = 15.0
+
+
+async def adk_anchor() -> Step | None:
+    """google-adk's own `FunctionTool.run_async` on the same async function, with no
+    confirmation, and a real ADK `ToolContext` (one per call, as ADK's flow makes)."""
+    try:
+        from google.adk.agents import LlmAgent
+        from google.adk.agents.invocation_context import InvocationContext
+        from google.adk.sessions import InMemorySessionService
+        from google.adk.tools import FunctionTool as AdkFunctionTool
+        from google.adk.tools.tool_context import ToolContext as AdkToolContext
+    except ImportError:
+        return None
+    service = InMemorySessionService()
+    session = await service.create_session(app_name="bench", user_id="u")
+    invocation = InvocationContext(session_service=service, invocation_id="inv",
+                                   agent=LlmAgent(name="bench"), session=session)
+    tool = AdkFunctionTool(tool_async)
+
+    async def adk_call(i: int) -> object:
+        context = AdkToolContext(invocation, function_call_id=f"c{i}")
+        result = await tool.run_async(args={"n": i}, tool_context=context)
+        assert result == {"n": i}, result
+        return result
+
+    return adk_call
+
+
 def baselines() -> dict[str, Step]:
     async def direct_async(i: int) -> object:
         return await tool_async(n=i)
@@ -200,7 +232,7 @@ def report(samples: dict[str, list[float]], load: tuple[float, float, float]) ->
     header = f"{'baseline':<46} {'n':>6} {'median':>8} {'p90':>8} {'added':>8}"
     print(header)
     print("-" * len(header))
-    for name in baselines():
+    for name in [*baselines(), *([ADK] if ADK in samples else [])]:
         extra = added(name, name)
         print(f"{name:<46} {len(samples[name]):>6} {medians[name]:8.1f} "
               f"{p90(samples[name]):8.1f} {'' if extra is None else f'{extra:8.1f}'}")
@@ -220,6 +252,21 @@ def report(samples: dict[str, list[float]], load: tuple[float, float, float]) ->
                          f"{'' if extra is None else f'{extra:7.1f}':>7}")
         print(f"{row:<46}" + "".join(f" {c:>{cell}}" for c in cells))
     print()
+    if ADK in medians:
+        adk = medians[ADK]
+        gated_memory = medians[f"{GATED} | memory"]
+        trip_file = medians[f"{DEFERRED} | SQLite file"]
+        print(f"against {ADK}: median {adk:.1f} µs, p90 {p90(samples[ADK]):.1f} µs")
+        for label, value, goal in (
+            ("gated AutoApprove call, memory store", gated_memory, GOAL_GATED_RATIO),
+            ("deferred round trip, SQLite file", trip_file, GOAL_DEFERRED_RATIO),
+        ):
+            ratio = value / adk
+            print(f"  {label:<40} {value:8.1f} µs = {ratio:5.2f}x ADK  <= {goal:g}x: "
+                  f"{verdict(ratio, goal)}")
+        print()
+    else:
+        print("google-adk is not installed (pip install 'sandbox[adk]'): no ADK anchor\n")
     print("goals")
     for backend in BACKENDS:
         gated = added(f"{GATED} | {backend}", GATED)
@@ -244,6 +291,9 @@ def main() -> None:
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="sandbox-bench-") as tmp:
         steps = baselines()
+        anchor = anyio.run(adk_anchor)
+        if anchor is not None:
+            steps[ADK] = anchor
         counts = {name: args.iterations for name in steps}
         for backend in BACKENDS:
             for name, step in runner_steps(backend, Path(tmp)).items():

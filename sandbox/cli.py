@@ -9,21 +9,29 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import sqlite3
 import sys
+import traceback
 from collections.abc import Sequence
+
+DEBUG_ENV = "SANDBOX_DEBUG"
 
 # (module under sandbox.commands) — each registers one or more subcommands.
 COMMAND_MODULES = ("demo", "bash", "approvals", "audit", "mcp")
 
 EPILOG = """examples:
   sandbox demo                                   run the embedded demo
-  sandbox check --policy policies/readonly.toml -- 'ls -la | wc -l'
-  sandbox run --policy policies/readonly.toml -- ls -la
+  sandbox check --policy readonly -- 'ls -la | wc -l'
+  sandbox run --policy readonly -- ls -la
   sandbox doctor                                 protections active on this machine
   sandbox approvals serve --store approvals.db   web page for pending approvals
   sandbox audit verify audit.jsonl               check the hash chain
-  sandbox mcp --policy policies/readonly.toml    serve execute_bash to an MCP client (stdio)
+  sandbox mcp --policy readonly                  serve execute_bash to an MCP client (stdio)
 """
+
+
+from .errors import SandboxError  # noqa: E402  (after the constants it documents)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,11 +60,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
+    words = list(sys.argv[1:] if argv is None else argv)
+    shown = words[:2] if words[:1] in (["approvals"], ["audit"]) else words[:1]
+    command = " ".join(["sandbox", *(w for w in shown if not w.startswith("-"))])
     try:
         return int(handler(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except (SandboxError, OSError, sqlite3.Error) as exc:
+        # Each command explains its own errors; this catches what slipped through, so a
+        # user sees one sentence, never a traceback.
+        if os.environ.get(DEBUG_ENV):
+            traceback.print_exc()
+        print(f"{command}: {_sentence(exc)}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if os.environ.get(DEBUG_ENV):
+            traceback.print_exc()
+        print(f"{command}: internal error ({type(exc).__name__}: {exc}); this is a bug in "
+              f"sandbox, please report it (set {DEBUG_ENV}=1 to see where it happened)",
+              file=sys.stderr)
+        return 70
+
+
+def _sentence(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" {exc.filename!r}" if exc.filename else ""
+        return f"cannot use{where}: {exc.strerror}"
+    return str(exc) or type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -76,8 +76,8 @@ async def _part_callback(root: Path) -> None:
 _APPROVER = textwrap.dedent(
     """
     import sys
-    from sandbox import ApprovalStore
-    store = ApprovalStore(sys.argv[1])
+    from sandbox.approval.store import open_store
+    store = open_store(sys.argv[1])
     for req in store.pending():
         print(f"  [other process] pending {req.id}: {req.tool}({req.args})", flush=True)
         store.submit_answer(req.id, {"outcome": "approve"}, decided_by="operator",
@@ -115,14 +115,14 @@ async def _part_bash(root: Path) -> None:
     _say("3. a bash sandbox: the policy decides on the parsed command, limits apply")
     policy = BashToolPolicy(
         allowed_command_prefixes=("ls", "echo", "wc", "cat"),
-        blocked_operators=(">", ">>"),
+        blocked_operators=(">", ">>", ";"),  # ';' also blocks a newline between commands
         timeout_seconds=5,
         max_memory_bytes=512 << 20,
         max_file_size_bytes=1 << 20,
         max_child_processes=32,
     )
     for command in ("ls -1 | wc -l", 'echo "a;b" | cat', "ls; rm -rf /", "echo $(id)",
-                    "git status\nid", "/bin/rm -rf x"):
+                    "ls\necho done", "/bin/rm -rf x"):
         decision = policy.check(command)
         verdict = "allow" if decision.allowed else "BLOCK"
         _say(f"  check {command!r:28} -> {verdict}  {'' if decision.allowed else decision.reason}")

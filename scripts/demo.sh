@@ -3,4 +3,6 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 EXTRAS="" APT_PACKAGES="" bash scripts/bootstrap.sh
-exec .venv/bin/sandbox demo "$@"
+.venv/bin/sandbox demo "$@"
+echo
+echo "== the sandbox command is .venv/bin/sandbox; to type just 'sandbox', run: . .venv/bin/activate"

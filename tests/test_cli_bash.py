@@ -23,6 +23,8 @@ def sandbox(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
 
 def write_policy(tmp_path: Path, body: str) -> str:
     path = tmp_path / "policy.toml"
+    if "allowed_command_prefixes" not in body:
+        body = 'allowed_command_prefixes = ["*"]\n' + body
     path.write_text(body)
     return str(path)
 

@@ -8,6 +8,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from sandbox import ApprovalStore
+from sandbox.approval.console import PROMPT
 from sandbox.approval.rules import RuleBook
 
 pytestmark = pytest.mark.timeout(60)
@@ -116,7 +118,7 @@ def ran(files: dict[str, Path]) -> list[str]:
 
 def test_approve_once_shows_the_call_and_runs_it(console: Any, files: dict[str, Path]) -> None:
     term = console("ls -la /tmp")
-    shown = term.expect("choice > ")
+    shown = term.expect(PROMPT)
     assert "tool     shell" in shown
     assert "command  ls -la /tmp" in shown
     assert "Please approve or reject" in shown  # the hint
@@ -128,7 +130,7 @@ def test_approve_once_shows_the_call_and_runs_it(console: Any, files: dict[str, 
 
 def test_command_is_syntax_highlighted(console: Any, files: dict[str, Path]) -> None:
     term = console("git log | head -n 3")
-    term.expect("choice > ")
+    term.expect(PROMPT)
     raw = term.raw.decode()
     assert "\x1b[1;32mgit\x1b[0m" in raw  # the program, bold green
     assert "\x1b[1;33m|\x1b[0m" in raw  # the pipe, bold yellow
@@ -138,7 +140,7 @@ def test_command_is_syntax_highlighted(console: Any, files: dict[str, Path]) -> 
 def test_carriage_return_in_a_command_is_shown_escaped(console: Any,
                                                         files: dict[str, Path]) -> None:
     term = console("echo harmless\rrm -rf ~/important \x1b[8m")
-    shown = term.expect("choice > ")
+    shown = term.expect(PROMPT)
     line = next(x for x in shown.splitlines() if "harmless" in x)
     assert "echo harmless\\rrm -rf ~/important \\x1b[8m" in line
     # On the wire: no raw CR between the two halves, and the ESC is not sent as ESC.
@@ -159,7 +161,7 @@ def test_carriage_return_in_a_command_is_shown_escaped(console: Any,
 
 def test_deny_with_a_reason_reaches_the_model(console: Any, files: dict[str, Path]) -> None:
     term = console("rm -rf build")
-    term.expect("choice > ")
+    term.expect(PROMPT)
     term.type("n")
     term.expect("reason (the model sees it) > ")
     term.type("use make clean instead")
@@ -173,12 +175,12 @@ def test_deny_with_a_reason_reaches_the_model(console: Any, files: dict[str, Pat
 def test_edited_command_is_checked_again_before_it_runs(console: Any,
                                                          files: dict[str, Path]) -> None:
     term = console("rm -rf /tmp/data")
-    term.expect("choice > ")
+    term.expect(PROMPT)
     term.type("e")
     term.expect("new command (Enter = back) > ")
     term.type("ls /tmp/data")
     # The edited call needs confirmation too: the runner asks again, about the new command.
-    shown = term.expect("choice > ")
+    shown = term.expect(PROMPT)
     assert "command  ls /tmp/data" in shown
     term.type("y")
     term.expect("all calls done")
@@ -189,7 +191,7 @@ def test_edited_command_is_checked_again_before_it_runs(console: Any,
 def test_always_shows_the_rule_before_saving_and_keeps_only_typed_prefixes(
         console: Any, files: dict[str, Path]) -> None:
     term = console("git log --oneline && ls", "git log -p && ls", "git log -p; rm -rf ~")
-    term.expect("choice > ")
+    term.expect(PROMPT)
     term.type("a")
     shown = term.expect("keep [Enter = exactly this] > ")
     assert "command: git log --oneline" in shown
@@ -203,7 +205,7 @@ def test_always_shows_the_rule_before_saving_and_keeps_only_typed_prefixes(
     term.type("y")
     # Second call: every simple command is covered, nobody is asked.
     # Third call: `rm -rf ~` is not covered, so the human is asked again.
-    shown = term.expect("choice > ")
+    shown = term.expect(PROMPT)
     assert "git log -p; rm -rf ~" in shown
     term.type("n")
     term.expect("reason")
@@ -220,7 +222,7 @@ def test_always_shows_the_rule_before_saving_and_keeps_only_typed_prefixes(
 def test_always_refuses_words_that_are_not_a_prefix(console: Any,
                                                     files: dict[str, Path]) -> None:
     term = console("curl https://example.org/a")
-    term.expect("choice > ")
+    term.expect(PROMPT)
     term.type("a")
     term.expect("keep [Enter = exactly this] > ")
     term.type("curl https://evil.example")
@@ -238,9 +240,9 @@ def test_always_refuses_words_that_are_not_a_prefix(console: Any,
 def test_session_approval_covers_the_same_command_again(console: Any,
                                                         files: dict[str, Path]) -> None:
     term = console("make test", "make test", "make install")
-    term.expect("choice > ")
+    term.expect(PROMPT)
     term.type("s")
-    shown = term.expect("choice > ")  # only for `make install`
+    shown = term.expect(PROMPT)  # only for `make install`
     assert "make install" in shown
     term.type("y")
     term.expect("all calls done")
@@ -253,7 +255,7 @@ def test_session_approval_covers_the_same_command_again(console: Any,
 def test_unanswered_prompt_times_out_and_is_recorded_as_timed_out(
         console: Any, files: dict[str, Path]) -> None:
     term = console("shutdown now", timeout=1)
-    term.expect("choice > ")
+    term.expect(PROMPT)
     term.expect("all calls done", timeout=10)
     result = results(files)[0]
     assert result["status"] == "timed_out"
@@ -274,3 +276,86 @@ def test_without_a_terminal_the_call_fails_closed(files: dict[str, Path]) -> Non
     assert "no terminal to ask on" in result["error"]
     assert "not approved" in result["error"]
     assert ran(files) == []
+
+
+# -- `sandbox run` at a real terminal (tmux renders the screen a human sees) --------------
+
+TMUX = shutil.which("tmux")
+
+
+class Tmux:
+    def __init__(self, command: str, cwd: Path) -> None:
+        self.name = f"sandbox-test-{os.getpid()}-{time.monotonic_ns()}"
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "140", "-y", "40",
+                        "-c", str(cwd), command], check=True)
+
+    def screen(self) -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name],
+                              capture_output=True, text=True, check=True).stdout
+
+    def wait_for(self, text: str, timeout: float = 15) -> str:
+        deadline = time.monotonic() + timeout
+        while text not in (screen := self.screen()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not on the screen:\n{screen}")
+            time.sleep(0.1)
+        return screen
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+@pytest.fixture
+def tmux() -> Iterator[Any]:
+    if TMUX is None:
+        pytest.skip("tmux is not installed (scripts/test.sh installs it)")
+    sessions: list[Tmux] = []
+
+    def start(command: str, cwd: Path) -> Tmux:
+        sessions.append(Tmux(command, cwd))
+        return sessions[-1]
+
+    yield start
+    for session in sessions:
+        session.close()
+
+
+def test_sandbox_run_prompt_stays_visible_waits_and_takes_one_key(
+        tmux: Any, tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("the notes\n")
+    sandbox = Path(sys.executable).parent / "sandbox"
+    term = tmux(f"{sandbox} run --policy readonly -- cat notes.txt; echo EXIT=$?; sleep 60",
+                tmp_path)
+    term.wait_for(PROMPT.strip())
+    time.sleep(2.5)  # a status line ticking every second must not overwrite the question
+    screen = term.screen()
+    assert "running" not in screen
+    [prompt] = [line for line in screen.splitlines() if PROMPT.strip() in line]
+    assert prompt.startswith("waiting for your answer")
+    # The fields line up: every value starts in the same column.
+    rows = [line for line in screen.splitlines()
+            if re.match(r"  (tool|command|hint|policy|workspace) ", line)]
+    assert len(rows) == 5
+    starts = {len(row) - len(row[2:].split(" ", 1)[1].lstrip()) for row in rows}
+    assert len(starts) == 1, rows
+    term.keys("y")  # one key, no Enter
+    screen = term.wait_for("EXIT=0")
+    assert "the notes" in screen
+
+
+def test_one_key_answers_and_a_following_enter_is_not_the_next_answer(
+        console: Any, files: dict[str, Path]) -> None:
+    term = console("rm -rf build", "rm -rf dist")
+    term.expect(PROMPT)
+    os.write(term.fd, b"n")  # a single key, no Enter
+    term.expect("reason (the model sees it) > ")
+    term.type("use make clean")
+    term.expect(PROMPT)
+    term.type("no")  # "no" and Enter: the n chooses; "o" and Enter are not the reason
+    term.expect("reason (the model sees it) > ")
+    term.type("not today")
+    term.expect("all calls done")
+    assert [r["reason"] for r in results(files)] == ["use make clean", "not today"]

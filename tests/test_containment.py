@@ -29,6 +29,7 @@ import anyio
 import psutil  # type: ignore[import-untyped, unused-ignore]
 import pytest
 
+from sandbox.bash.confinement import ConfinementRequest
 from sandbox.bash.containment import MECHANISMS, availability
 from sandbox.bash.process import Limits, ProcessResult, detect_protections, find_bash, run_bash
 
@@ -394,10 +395,13 @@ async def test_agent_environ_in_proc_is_unreadable_after_dropping_privileges(
 async def test_report_on_agent_environ_exposure_is_honest(
     agent_startup_variable: str, tmp_path: Path
 ) -> None:
-    """As root without a privilege drop, a command can read the agent's environment
-    (as it was at exec) through /proc. That is a limit of this layer, and
-    `detect_protections` says so."""
-    result, _, _ = await _run(f"cat /proc/{os.getpid()}/environ", tmp_path, timeout=10)
+    """Under the default OS confinement (what ExecuteBashTool applies) a command reads
+    the agent's environment through /proc only when Landlock is missing (as root without
+    a privilege drop), and `detect_protections` says which is the case here."""
+    result, _, _ = await _run(
+        f"cat /proc/{os.getpid()}/environ", tmp_path, timeout=10,
+        confinement=ConfinementRequest(),
+    )
     readable = agent_startup_variable in result.stdout.replace("\0", "\n").splitlines()
     reported = detect_protections()["agent_environment_readable_by_command"]
     assert readable == reported.startswith("yes")

@@ -11,8 +11,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 EXPECT = {
     "confirm_predicate.py": ([], ["orders is frozen", "'dry_run': True"]),
-    "bash_sandbox.py": ([], ["blocked by R2", "'timed_out': True", "cgroup" if Path(
-        "/sys/fs/cgroup").exists() else ""]),
+    "bash_sandbox.py": ([], ["blocked by R2", "'timed_out': True",
+                             "$ cat big.log\n  stdout: log line 0", "'truncated': True",
+                             "drop the redirection", "cgroup" if Path(
+                                 "/sys/fs/cgroup").exists() else ""]),
     "deferred_approvals.py": ([], ["not during the incident", "hash chain intact",
                                    "still waiting: ['billing']"]),
     "adk_agent.py": ([], ["prod wipes need a change ticket", "blocked by R2",

@@ -14,6 +14,9 @@ POLICIES = Path(__file__).resolve().parent.parent / "sandbox" / "policies"
 
 
 def load(text: str) -> BashToolPolicy:
+    """Load a policy; tests about other fields get the required allowlist written out."""
+    if "allowed_command_prefixes" not in text:
+        text = 'allowed_command_prefixes = ["*"]\n' + text
     return BashToolPolicy.from_toml_string(text, source="test.toml")
 
 
@@ -41,7 +44,26 @@ def test_file_fields_become_policy_fields(tmp_path: Path) -> None:
 
 
 def test_missing_fields_take_the_defaults() -> None:
-    assert load("") == BashToolPolicy()
+    assert load('allowed_command_prefixes = ["*"]') == BashToolPolicy()
+
+
+@pytest.mark.parametrize(
+    "text", ["", "# nothing here\n", 'timeout_seconds = 10\nblocked_operators = [";"]\n']
+)
+def test_a_file_that_does_not_state_its_allowlist_is_refused(text: str) -> None:
+    with pytest.raises(PolicyFileError) as info:
+        BashToolPolicy.from_toml_string(text, source="test.toml")
+    message = str(info.value)
+    assert "test.toml" in message and "allowed_command_prefixes" in message
+    assert '["*"]' in message  # says how to allow everything on purpose
+
+
+def test_a_truncated_policy_file_is_refused(tmp_path: Path) -> None:
+    whole = (POLICIES / "readonly.toml").read_text()
+    cut = tmp_path / "cut.toml"
+    cut.write_text(whole[: whole.index("allowed_command_prefixes")])
+    with pytest.raises(PolicyFileError, match="allowed_command_prefixes is missing"):
+        BashToolPolicy.from_toml(cut)
 
 
 def test_sizes_may_be_written_with_units() -> None:

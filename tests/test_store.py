@@ -26,7 +26,7 @@ from sandbox import (
     UnknownCallError,
     UnknownConfirmationError,
 )
-from sandbox.approval.memory_store import MemoryApprovalStore
+from sandbox.approval.store import MemoryApprovalStore, SQLiteApprovalStore, open_store
 
 from .conftest import Processes, SideEffect
 
@@ -362,7 +362,7 @@ async def test_a_version_1_store_file_is_migrated_and_its_pending_requests_still
 
 def test_without_update_returning_sqlite_behaves_the_same(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from sandbox.approval import store as store_module
+    from sandbox.approval.store import sqlite as store_module
 
     expected = _script(MemoryApprovalStore())
     monkeypatch.setattr(store_module, "_HAS_RETURNING", False)
@@ -391,11 +391,14 @@ def test_the_backend_follows_the_path(tmp_path: Path) -> None:
     on_file = ApprovalStore(tmp_path / "approvals.db")
 
     assert type(memory) is MemoryApprovalStore and memory.path is None
-    assert type(sqlite_memory) is ApprovalStore and sqlite_memory.path is None
-    assert type(on_file) is ApprovalStore and on_file.path == tmp_path / "approvals.db"
+    assert type(sqlite_memory) is SQLiteApprovalStore and sqlite_memory.path is None
+    assert type(on_file) is SQLiteApprovalStore and on_file.path == tmp_path / "approvals.db"
     assert all(isinstance(s, ApprovalStore) for s in (memory, sqlite_memory, on_file))
     assert type(ToolRunner([]).store) is MemoryApprovalStore
-    assert type(ToolRunner([], store_path=str(tmp_path / "b.db")).store) is ApprovalStore
+    assert type(ToolRunner([], store_path=str(tmp_path / "b.db")).store) is SQLiteApprovalStore
+    assert type(open_store()) is MemoryApprovalStore
+    assert type(open_store(":memory:")) is SQLiteApprovalStore
+    assert type(open_store(tmp_path / "c.db")) is SQLiteApprovalStore
     with pytest.raises(StoreError, match="ApprovalStore"):
         MemoryApprovalStore(tmp_path / "approvals.db")
     with pytest.raises(StoreError, match="max_pending"):

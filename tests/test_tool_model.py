@@ -15,6 +15,7 @@ from sandbox import (
     FunctionTool,
     ToolConfirmation,
     ToolContext,
+    ToolRunner,
 )
 from sandbox.tools.docstring import parse_docstring
 
@@ -214,11 +215,12 @@ async def test_caller_cannot_supply_tool_context(effect: SideEffect) -> None:
 
 
 @pytest.mark.anyio
-async def test_non_dict_return_is_wrapped_as_result() -> None:
+async def test_non_dict_return_is_returned_as_is_and_wrapped_by_the_runner() -> None:
     def f() -> list[int]:
         return [1, 2]
 
-    assert await FunctionTool(f).run_async(args={}, tool_context=ctx()) == {"result": [1, 2]}
+    assert await FunctionTool(f).run_async(args={}, tool_context=ctx()) == [1, 2]
+    assert await ToolRunner([FunctionTool(f)]).call("f") == {"result": [1, 2]}
 
 
 @pytest.mark.anyio
@@ -236,7 +238,7 @@ async def test_sync_function_runs_off_the_event_loop_thread() -> None:
 
     result = await FunctionTool(f).run_async(args={}, tool_context=ctx())
 
-    assert result["result"] != threading.get_ident()
+    assert result != threading.get_ident()
 
 
 @pytest.mark.anyio
@@ -246,7 +248,7 @@ async def test_async_function_runs_on_the_event_loop_thread() -> None:
 
     result = await FunctionTool(f).run_async(args={}, tool_context=ctx())
 
-    assert result["result"] == threading.get_ident()
+    assert result == threading.get_ident()
 
 
 @pytest.mark.anyio
@@ -256,7 +258,7 @@ async def test_sync_function_marked_instant_runs_on_the_loop() -> None:
 
     result = await FunctionTool(f, run_in_thread=False).run_async(args={}, tool_context=ctx())
 
-    assert result["result"] == threading.get_ident()
+    assert result == threading.get_ident()
 
 
 @pytest.mark.anyio
@@ -456,3 +458,42 @@ async def test_base_tool_defaults_are_safe() -> None:
     assert await tool.confirmation_needed({}) is None
     with pytest.raises(ValueError, match="JSON object"):
         tool.validate_args("x")  # type: ignore[arg-type]
+
+
+class _Transfer(BaseTool):
+    """A tool that renders its own arguments for the human who approves it."""
+
+    def render_args(self, args: dict[str, Any]) -> str | None:
+        return f"send {args['amount']} to {args['to']}"
+
+    async def check_require_confirmation(self, args: dict[str, Any],
+                                         tool_context: ToolContext) -> bool:
+        return True
+
+    async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
+        return {"sent": args["amount"]}
+
+
+@pytest.mark.anyio
+async def test_a_tools_own_rendering_is_what_the_audit_records_as_shown(tmp_path: Any) -> None:
+    from sandbox import Decision
+
+    audit = tmp_path / "audit.jsonl"
+    runner = ToolRunner([_Transfer(name="transfer", description="Send money.")],
+                        audit_path=str(audit))
+    held = await runner.call("transfer", {"amount": 5, "to": "bob\x1b[2J"})
+    await runner.resume(held["confirmation_id"], Decision.approve())
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    decided = next(r for r in records if r["event"] == "tool.decided")
+    assert decided["shown"]["args"] == "send 5 to bob\\x1b[2J"
+
+
+def test_the_approval_layer_holds_no_shell_syntax() -> None:
+    import pathlib
+
+    import sandbox.approval
+
+    root = pathlib.Path(sandbox.approval.__file__).parent
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        assert "bash_tokens" not in text and "_COMMAND_START" not in text, path

@@ -1,7 +1,6 @@
 """The human-in-the-loop gate: runner, providers, store, and the data between them."""
 
 from .console import ConsoleConfirmationProvider
-from .memory_store import MemoryApprovalStore
 from .models import (
     ConfirmationRequest,
     Decision,
@@ -20,7 +19,14 @@ from .providers import (
 from .queue import QueueConfirmationProvider
 from .rules import Rule, RuleBook
 from .runner import ToolRunner
-from .store import ApprovalStore, CallRecord
+from .store import (
+    ApprovalStore,
+    CallRecord,
+    MemoryApprovalStore,
+    SQLiteApprovalStore,
+    StoreProtocol,
+    open_store,
+)
 from .web import WebConfirmationProvider
 
 __all__ = [
@@ -39,9 +45,12 @@ __all__ = [
     "Rule",
     "RuleBook",
     "RulePattern",
+    "SQLiteApprovalStore",
+    "StoreProtocol",
     "ToolRunner",
     "WebConfirmationProvider",
     "args_digest",
     "canonical_json",
+    "open_store",
     "to_decision",
 ]

@@ -96,6 +96,72 @@ class _Terminal:
         except (ImportError, OSError):
             pass
 
+    def readkey(self, cancelled: threading.Event) -> str | None:
+        """One key press, without waiting for Enter (a whole line when this is not a
+        terminal); None at end of input.
+
+        An Enter pressed alone chooses nothing. Whatever follows the key within a
+        moment, up to an Enter (the rest of "yes", or the Enter itself), is dropped, so
+        "y" and "y⏎" and "yes⏎" answer the same and never spill into the next question.
+        """
+        if self.fd is None or not self.isatty():
+            line = self.readline(cancelled)
+            return None if line is None else line.strip()
+        import termios
+        import tty
+
+        saved = termios.tcgetattr(self.fd)
+        try:
+            tty.setcbreak(self.fd, termios.TCSANOW)
+            while True:
+                byte = self._read_byte(cancelled, None)
+                if byte is None:
+                    return None
+                if byte not in (b"\r", b"\n", b" "):
+                    break
+            raw = byte
+            while True:  # the rest of a multi-byte UTF-8 character
+                try:
+                    key = raw.decode("utf-8")
+                    break
+                except UnicodeDecodeError:
+                    more = self._read_byte(cancelled, 0.05)
+                    if more is None or len(raw) >= 4:
+                        key = raw.decode("utf-8", "replace")
+                        break
+                    raw += more
+            deadline = time.monotonic() + 0.3
+            while (left := deadline - time.monotonic()) > 0:
+                follow = self._read_byte(cancelled, left)
+                if follow is None or follow in (b"\r", b"\n"):
+                    break
+            return key
+        finally:
+            termios.tcsetattr(self.fd, termios.TCSANOW, saved)
+
+    def _read_byte(self, cancelled: threading.Event, timeout: float | None) -> bytes | None:
+        """One byte (buffered first); None at end of input, on cancel, or at timeout."""
+        if self._buffer:
+            byte, self._buffer = self._buffer[:1], self._buffer[1:]
+            return byte
+        assert self.fd is not None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not cancelled.is_set():
+            wait = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+            if wait <= 0:
+                return None
+            ready, _, _ = select.select([self.fd], [], [], wait)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(self.fd, 1)
+            except OSError as exc:
+                if exc.errno == errno.EIO:
+                    return None
+                raise
+            return chunk or None
+        return None
+
     def readline(self, cancelled: threading.Event) -> str | None:
         """One line without its newline, or None at end of input."""
         if self.fd is None:
@@ -207,11 +273,26 @@ class ConsoleConfirmationProvider:
                 )
             return line
 
+        async def choose() -> str:
+            left = ""
+            if self.timeout:
+                left = f", {max(0, int(deadline - time.monotonic()))} s left"
+            term.write(_menu(colour, left))
+            key = await anyio.to_thread.run_sync(term.readkey, cancelled,
+                                                 abandon_on_cancel=True)
+            if key is None:
+                raise ConfigurationError(
+                    "the terminal closed before an answer; the call was not approved"
+                )
+            term.write(terminal_text(key, colour=colour) + "\n")
+            return key
+
+        deadline = time.monotonic() + (self.timeout or 0)
         who = self.identity or _login_name()
         command = command_of(request.args)
         subjects = rule_subjects_of(request)
         for _ in range(self.max_attempts):
-            choice = (await ask(_menu(colour))).strip().lower()
+            choice = (await choose()).strip().lower()
             try:
                 if choice in ("y", "yes", "1"):
                     return Decision.approve(decided_by=who, channel=self.name)
@@ -316,30 +397,37 @@ class ConsoleConfirmationProvider:
 
     def _render(self, request: ConfirmationRequest, colour: bool) -> str:
         b, r = (BOLD, RESET) if colour else ("", "")
-        lines = [f"\n{b}── approval needed ──{r} {request.id}"]
-        lines.append(f"  {b}tool{r}     {terminal_text(request.tool, colour=colour)}")
+        rows: list[tuple[str, str]] = [("tool", terminal_text(request.tool, colour=colour))]
         command = command_of(request.args)
         if command is not None:
-            lines.append(f"  {b}command{r}  {highlight_bash(command, colour=colour)}")
+            rows.append(("command", highlight_bash(command, colour=colour)))
             rest = {k: v for k, v in request.args.items() if k != "command"}
             if rest:
-                lines.append(f"  {b}args{r}     " + terminal_text(
-                    json.dumps(rest, sort_keys=True, ensure_ascii=False), colour=colour))
+                rows.append(("args", terminal_text(
+                    json.dumps(rest, sort_keys=True, ensure_ascii=False), colour=colour)))
         else:
-            text = "".join(f"{REVERSE}{p.text}{RESET}" if p.escaped and colour else p.text
-                           for p in json_pieces(request.args))
-            lines.append(f"  {b}args{r}     " + text.replace("\n", "\n           "))
+            rows.append(("args", "".join(
+                f"{REVERSE}{p.text}{RESET}" if p.escaped and colour else p.text
+                for p in json_pieces(request.args))))
         subjects = rule_subjects_of(request)
         if subjects and (len(subjects) > 1 or command is None):
-            lines.append(f"  {b}parsed{r}   " + " ; ".join(_words_text(a, colour)
-                                                          for a in subjects))
+            rows.append(("parsed", " ; ".join(_words_text(a, colour) for a in subjects)))
         if request.hint:
-            lines.append(f"  {b}hint{r}     {terminal_text(request.hint, colour=colour)}")
+            rows.append(("hint", terminal_text(request.hint, colour=colour)))
         for key, value in visible_details(request).items():
+            if key == "commands" and command is not None:
+                continue  # the same words as "parsed" or the command itself
+            if isinstance(value, dict) and isinstance(value.get("reason"), str):
+                value = value["reason"]  # a policy decision: its sentence says it all
             shown = value if isinstance(value, str) else json.dumps(
                 value, sort_keys=True, ensure_ascii=False, default=str)
-            lines.append(f"  {b}{terminal_text(str(key), colour=colour)}{r}  "
-                         f"{terminal_text(shown, colour=colour)}")
+            rows.append((terminal_text(str(key), colour=colour),
+                         terminal_text(shown, colour=colour)))
+        width = max(len(label) for label, _ in rows) + 2
+        lines = [f"\n{b}── approval needed ──{r} {request.id}"]
+        for label, text in rows:
+            pad = " " * (width - len(label))
+            lines.append(f"  {b}{label}{r}{pad}" + text.replace("\n", "\n  " + " " * width))
         controls = sum(count_controls(v) for v in _strings(request.args))
         if controls:
             lines.append(f"  ⚠ contains control characters, shown escaped"
@@ -364,19 +452,25 @@ class ConsoleConfirmationProvider:
         except OSError as exc:
             raise NoTerminalError(
                 f"no terminal to ask on (/dev/tty: {exc.strerror}); the call was not "
-                "approved. Run in a terminal, or use WebConfirmationProvider or "
-                "QueueConfirmationProvider (answered with `sandbox approvals`)"
+                "approved. Run it in a terminal, or have someone answer elsewhere: on the "
+                "approvals web page or with `sandbox approvals` (from the command line: "
+                "`sandbox run --approve auto|deny`)"
             ) from None
         inp = os.fdopen(fd, "rb", buffering=0)
         out = os.fdopen(os.dup(fd), "w", encoding="utf-8", errors="replace")
         return _Terminal(inp, out, owned_fd=fd)
 
 
-def _menu(colour: bool) -> str:
+#: The end of the question line: what a human types at (and tests wait for).
+PROMPT = "press y, s, a, n or e > "
+
+
+def _menu(colour: bool, left: str = "") -> str:
     b, r = (BOLD, RESET) if colour else ("", "")
-    return (f"  {b}[y]{r} approve once  {b}[s]{r} approve for this session  "
-            f"{b}[a]{r} always approve…\n  {b}[n]{r} deny with a reason  "
-            f"{b}[e]{r} edit the arguments\nchoice > ")
+    return (f"  {b}[y]{r} approve once    {b}[s]{r} approve for this session    "
+            f"{b}[a]{r} always approve…\n"
+            f"  {b}[n]{r} deny with a reason    {b}[e]{r} edit the arguments\n"
+            f"{b}waiting for your answer{r}{left} · {PROMPT}")
 
 
 def _words_text(words: list[str] | tuple[str, ...], colour: bool) -> str:

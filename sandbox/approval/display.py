@@ -10,9 +10,8 @@ audit records as shown is what was shown.
 from __future__ import annotations
 
 import json
-import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,19 +122,22 @@ def rule_subjects_of(request: ConfirmationRequest) -> list[list[str]] | None:
 def visible_details(request: ConfirmationRequest) -> dict[str, Any]:
     """The facts to show beside the arguments (the policy decision, and the payload a tool
     asked about from inside), minus plumbing."""
-    facts = {k: v for k, v in request.details.items() if k != "rule_subjects"}
+    facts = {k: v for k, v in request.details.items()
+             if k not in ("rule_subjects", "tool_description")}
     if request.payload is not None:
         facts["payload"] = request.payload
     return facts
 
 
-def shown(request: ConfirmationRequest, args: dict[str, Any] | None = None) -> dict[str, Any]:
+def shown(request: ConfirmationRequest, args: dict[str, Any] | None = None,
+          rendered: str | None = None) -> dict[str, Any]:
     """What every channel shows a human for `request`, as recorded in the audit log.
 
-    ``args`` replaces the request's arguments (the audit passes them redacted).
+    ``args`` replaces the request's arguments (the audit passes them redacted);
+    ``rendered`` is the tool's own rendering of them (`BaseTool.render_args`).
     """
     shown_args = request.args if args is None else args
-    text = render_args(shown_args)
+    text = escape_text(rendered) if rendered is not None else render_args(shown_args)
     return {
         "tool": escape_text(request.tool),
         "args": text,
@@ -171,76 +173,32 @@ def _escape_tree(value: Any) -> Any:
     return value
 
 
-# -- bash syntax highlighting (ANSI) ---------------------------------------------------
+# -- terminal colours and highlighters (ANSI) ----------------------------------------
 
 RESET = "\x1b[0m"
 BOLD = "\x1b[1m"
 REVERSE = "\x1b[7m"
-_COLOURS = {
-    "command": "\x1b[1;32m",   # bold green: the program that runs
-    "operator": "\x1b[1;33m",  # bold yellow: ; && || | & > ( )
-    "string": "\x1b[36m",      # cyan
-    "variable": "\x1b[35m",    # magenta: $x, ${x}, $(...)
-    "comment": "\x1b[2m",      # dim
-    "word": "",
-    "space": "",
-}
-_TOKEN = re.compile(
-    r"""
-    (?P<space>[ \t]+)
-  | (?P<comment>(?<![^\s;&|()])\#[^\n]*)
-  | (?P<string>'[^']*'?|"(?:\\.|[^"\\])*"?|\$'(?:\\.|[^'\\])*'?)
-  | (?P<variable>\$\{[^}]*\}?|\$\(|\$[A-Za-z_][A-Za-z0-9_]*|\$[0-9@*#?$!-]|`)
-  | (?P<operator>&&|\|\||;;|[0-9]*>>|[0-9]*>&|[0-9]*>|<<-?|<<<|<&|<|\||&|;|\(|\)|\n)
-  | (?P<word>(?:\\.|[^\s'"$`;&|()<>\\])+|\\|\$)
-    """,
-    re.VERBOSE | re.DOTALL,
-)
-_COMMAND_START = {"&&", "||", ";;", "|", "&", ";", "(", "\n", "$(", "`"}
+#: Highlighters a tool layer registers for the text its tools render (`BaseTool.render_args`):
+#: the bash layer registers "bash" (`sandbox.bash.display`). The gate knows none itself.
+_HIGHLIGHTERS: dict[str, Callable[[str, bool], str]] = {}
 
 
-def bash_tokens(command: str) -> Iterator[tuple[str, str]]:
-    """(kind, text) tokens of a command line; concatenated they are exactly `command`.
+def register_highlighter(syntax: str, highlight: Callable[[str, bool], str]) -> None:
+    """Colour text of ``syntax`` for a terminal with ``highlight(text, colour)``; it must
+    escape control characters as `terminal_text` does."""
+    _HIGHLIGHTERS[syntax] = highlight
 
-    Only for colouring what a human reads: the policy parses with tree-sitter-bash, and
-    nothing here decides what runs.
-    """
-    pos = 0
-    expect_command = True
-    while pos < len(command):
-        m = _TOKEN.match(command, pos)
-        if m is None:  # an unmatched character: emit it alone, uncoloured
-            yield "word", command[pos]
-            pos += 1
-            continue
-        kind = m.lastgroup or "word"
-        text = m.group()
-        pos = m.end()
-        if kind == "word" and expect_command:
-            if "=" in text and not text.startswith("="):
-                yield "variable", text  # an assignment before the command
-                continue
-            kind = "command"
-            expect_command = False
-        elif kind in ("operator", "variable") and text in _COMMAND_START:
-            expect_command = True
-        elif kind not in ("space", "comment"):
-            expect_command = False
-        yield kind, text
+
+def highlight(text: str, syntax: str, *, colour: bool = True) -> str:
+    """``text`` for a terminal, coloured by the highlighter registered for ``syntax``
+    (plain `terminal_text` when none is)."""
+    fn = _HIGHLIGHTERS.get(syntax)
+    return fn(text, colour) if fn is not None else terminal_text(text, colour=colour)
 
 
 def highlight_bash(command: str, *, colour: bool = True) -> str:
-    """The command for a terminal: coloured by token, control characters escaped and shown
-    in reverse video so they stand out from a literal backslash sequence."""
-    out: list[str] = []
-    for kind, text in bash_tokens(command):
-        start = _COLOURS.get(kind, "") if colour else ""
-        for piece in escape_pieces(text):
-            if piece.escaped:
-                out.append(f"{REVERSE}{piece.text}{RESET}" if colour else piece.text)
-                continue
-            out.append(f"{start}{piece.text}{RESET}" if start else piece.text)
-    return "".join(out)
+    """A shell command for a terminal (the highlighter ``sandbox.bash`` registers)."""
+    return highlight(command, "bash", colour=colour)
 
 
 def terminal_text(text: str, *, colour: bool = True) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -17,6 +19,8 @@ RequestStatus = Literal[
 ]
 Outcome = Literal["approve", "deny", "edit"]
 Scope = Literal["once", "session", "always"]
+RuleScope = Literal["session", "always"]
+RuleKind = Literal["command", "args", "tool"]
 
 
 # One encoder for every call (what `json.dumps` with these options builds each time).
@@ -147,3 +151,62 @@ class Decision(BaseModel):
     ) -> Decision:
         return cls(outcome="edit", args=args, reason=reason, decided_by=decided_by,
                    channel=channel)
+
+
+class Rule(BaseModel):
+    """One remembered decision, as stored and listed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    tool: str
+    kind: RuleKind
+    words: tuple[str, ...] | None = None
+    prefix: bool = False
+    args: dict[str, Any] | None = None
+    digest: str | None = None
+    scope: RuleScope
+    session_id: str | None = None
+    created_at: datetime
+    expires_at: datetime
+    created_by: str | None = None
+    channel: str | None = None
+    request_id: str | None = None
+    revoked_at: datetime | None = None
+    revoked_by: str | None = None
+    uses: int = 0
+    last_used_at: datetime | None = None
+
+    def active(self, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        return self.revoked_at is None and self.expires_at.timestamp() > now
+
+    @property
+    def state(self) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        return "active" if self.active() else "expired"
+
+    def covers(self, argv: Sequence[str]) -> bool:
+        """Whether this command rule covers one parsed simple command."""
+        if self.kind != "command" or self.words is None:
+            return False
+        n = len(self.words)
+        if self.prefix:
+            return tuple(argv[:n]) == self.words
+        return tuple(argv) == self.words
+
+    def describe(self) -> str:
+        """One line for a human (words are JSON-quoted, so controls show escaped)."""
+        if self.kind == "command" and self.words is not None:
+            shown = " ".join(_word(w) for w in self.words)
+            return f"{self.tool}: {shown}" + (" …(and any further words)" if self.prefix
+                                              else " (exactly)")
+        if self.kind == "tool":
+            return f"{self.tool}: every call"
+        return f"{self.tool}: {json.dumps(self.args, sort_keys=True)}"
+
+
+def _word(word: str) -> str:
+    plain = word and all(c.isalnum() or c in "-_./:=@%+,~" for c in word)
+    return word if plain else json.dumps(word)

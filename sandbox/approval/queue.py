@@ -22,7 +22,7 @@ import anyio.to_thread
 from ..errors import ConfigurationError, ConfirmationStateError, ConfirmationTimedOutError
 from .models import ConfirmationRequest, Decision
 from .providers import OnTimeout, _check_timeout, parse_answer
-from .store import ApprovalStore
+from .store import ApprovalStore, open_store
 
 
 class _Closed:
@@ -55,7 +55,7 @@ class QueueConfirmationProvider:
             raise ConfigurationError(
                 f"poll_interval must be between 0 and 60 seconds, got {poll_interval!r}"
             )
-        self.store = store if isinstance(store, ApprovalStore) else ApprovalStore(store)
+        self.store = store if isinstance(store, ApprovalStore) else open_store(store)
         self.poll_interval = poll_interval
         self.timeout = timeout
         self.on_timeout: OnTimeout = on_timeout
@@ -99,7 +99,7 @@ class QueueConfirmationProvider:
         ids = list(self._waiting)
         if not ids:
             return
-        if self.store.path is None:
+        if not self.store.blocking:
             states = self.store.answer_states(ids)
         else:
             states = await anyio.to_thread.run_sync(self.store.answer_states, ids)

@@ -14,33 +14,33 @@ temporary:
   expiry, and can be listed and revoked (``sandbox approvals rules``); a revoked or
   expired rule stops matching at once, in every process sharing the store.
 
-Rules live in the approval store (its own table in a SQLite file; plain rows in a
-`MemoryApprovalStore`), read and written only through the store's ``_rule*`` methods.
+Rules live in the approval store (a table in SQLite or PostgreSQL; `Rule` objects in a
+`MemoryApprovalStore`), read and written only through the store Protocol's rule
+operations (`add_rules`, `active_rules`, `mark_rules_used`, `get_rule`, `list_rules`,
+`revoke_rule`).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict
+from typing import Any
 
 from ..errors import ConfigurationError, RuleError, UnknownRuleError
 from .models import (
     ConfirmationRequest,
     Decision,
     Remember,
+    Rule,
+    RuleKind,
     RulePattern,
+    RuleScope,
     args_digest,
-    canonical_json,
 )
 from .store import ApprovalStore, new_id
 
-RuleScope = Literal["session", "always"]
-RuleKind = Literal["command", "args", "tool"]
+__all__ = ["Rule", "RuleBook", "RuleKind", "RuleScope", "check_patterns", "patterns_for"]
 
 #: Default lifetimes. A session rule also dies with its session; the expiry bounds a
 #: session that never ends. An "always" rule is "always, for the next 30 days".
@@ -49,73 +49,6 @@ ALWAYS_TTL = 30 * 24 * 3600.0
 MAX_TTL = 366 * 24 * 3600.0
 
 
-
-
-def _utc(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, tz=timezone.utc)
-
-
-def _dt(ts: float | None) -> datetime | None:
-    return None if ts is None else _utc(ts)
-
-
-class Rule(BaseModel):
-    """One remembered decision, as stored and listed."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    tool: str
-    kind: RuleKind
-    words: tuple[str, ...] | None = None
-    prefix: bool = False
-    args: dict[str, Any] | None = None
-    digest: str | None = None
-    scope: RuleScope
-    session_id: str | None = None
-    created_at: datetime
-    expires_at: datetime
-    created_by: str | None = None
-    channel: str | None = None
-    request_id: str | None = None
-    revoked_at: datetime | None = None
-    revoked_by: str | None = None
-    uses: int = 0
-    last_used_at: datetime | None = None
-
-    def active(self, now: float | None = None) -> bool:
-        now = time.time() if now is None else now
-        return self.revoked_at is None and self.expires_at.timestamp() > now
-
-    @property
-    def state(self) -> str:
-        if self.revoked_at is not None:
-            return "revoked"
-        return "active" if self.active() else "expired"
-
-    def covers(self, argv: Sequence[str]) -> bool:
-        """Whether this command rule covers one parsed simple command."""
-        if self.kind != "command" or self.words is None:
-            return False
-        n = len(self.words)
-        if self.prefix:
-            return tuple(argv[:n]) == self.words
-        return tuple(argv) == self.words
-
-    def describe(self) -> str:
-        """One line for a human (words are JSON-quoted, so controls show escaped)."""
-        if self.kind == "command" and self.words is not None:
-            shown = " ".join(_word(w) for w in self.words)
-            return f"{self.tool}: {shown}" + (" …(and any further words)" if self.prefix
-                                              else " (exactly)")
-        if self.kind == "tool":
-            return f"{self.tool}: every call"
-        return f"{self.tool}: {json.dumps(self.args, sort_keys=True)}"
-
-
-def _word(word: str) -> str:
-    plain = word and all(c.isalnum() or c in "-_./:=@%+,~" for c in word)
-    return word if plain else json.dumps(word)
 
 
 def patterns_for(subjects: Sequence[Sequence[str]]) -> tuple[RulePattern, ...]:
@@ -234,7 +167,7 @@ class RuleBook:
 
     def _add_many(self, specs: list[dict[str, Any]]) -> list[Rule]:
         now = time.time()
-        rows: list[tuple[Any, ...]] = []
+        rules: list[Rule] = []
         for spec in specs:  # every rule is checked before any is saved: all or none
             kind = spec["kind"]
             words = spec.get("words")
@@ -246,17 +179,17 @@ class RuleBook:
                 raise RuleError("a session rule needs a session id")
             if not 0 < spec["ttl"] <= MAX_TTL:
                 raise RuleError(f"a rule's ttl must be in (0, {MAX_TTL:g}] seconds")
-            rows.append((
-                new_id("rule"), spec["tool"], kind,
-                None if words is None else json.dumps(list(words), ensure_ascii=False),
-                int(bool(spec.get("prefix"))),
-                None if spec.get("args") is None else canonical_json(spec["args"]),
-                spec.get("digest"), spec["scope"], spec.get("session_id"), now,
-                now + spec["ttl"], spec.get("created_by"), spec.get("channel"),
-                spec.get("request_id"), None, None, 0, None,
+            rules.append(Rule(
+                id=new_id("rule"), tool=spec["tool"], kind=kind,
+                words=None if words is None else tuple(words),
+                prefix=bool(spec.get("prefix")), args=spec.get("args"),
+                digest=spec.get("digest"), scope=spec["scope"],
+                session_id=spec.get("session_id"), created_at=_utc(now),
+                expires_at=_utc(now + spec["ttl"]), created_by=spec.get("created_by"),
+                channel=spec.get("channel"), request_id=spec.get("request_id"),
             ))
-        self.store._rules_insert(rows)
-        return [self.get(row[0]) for row in rows]
+        self.store.add_rules(rules)
+        return [self.get(rule.id) for rule in rules]
 
     # -- using rules -----------------------------------------------------------------
 
@@ -270,10 +203,9 @@ class RuleBook:
         tool-wide rule.
         """
         now = time.time()
-        rows = self.store._rules_active(tool, now, session_id)
-        if not rows:  # the common case: nothing remembered for this tool
+        rules = self.store.active_rules(tool, session_id, now)
+        if not rules:  # the common case: nothing remembered for this tool
             return None
-        rules = [_rule_from_row(r) for r in rows]
         used: list[Rule] = []
         if subjects is not None:
             if not subjects:
@@ -291,39 +223,32 @@ class RuleBook:
             if rule is None:
                 return None
             used.append(rule)
-        self.store._rules_used([rule.id for rule in used], now)
+        self.store.mark_rules_used([rule.id for rule in used], now)
         return used
 
     # -- seeing and revoking -------------------------------------------------------------
 
     def get(self, rule_id: str) -> Rule:
-        row = self.store._rule_row(rule_id)
-        if row is None:
+        rule = self.store.get_rule(rule_id)
+        if rule is None:
             raise UnknownRuleError(
                 f"unknown rule id {rule_id!r}; list the rules with `sandbox approvals rules`")
-        return _rule_from_row(row)
+        return rule
 
     def rules(self, *, include_inactive: bool = False, tool: str | None = None) -> list[Rule]:
         """Rules, oldest first: active ones, or with ``include_inactive`` all of them."""
-        rows = self.store._rule_rows(include_inactive=include_inactive, tool=tool,
+        return self.store.list_rules(include_inactive=include_inactive, tool=tool,
                                      now=time.time())
-        return [_rule_from_row(r) for r in rows]
 
     def revoke(self, rule_id: str, *, by: str | None = None) -> Rule:
         """Stop a rule from matching, from now on and in every process."""
-        exists = self.store._rules_revoke(rule_id, by, time.time())
+        exists = self.store.revoke_rule(rule_id, by, time.time())
         if not exists:
             raise UnknownRuleError(
                 f"unknown rule id {rule_id!r}; list the rules with `sandbox approvals rules`")
         return self.get(rule_id)
 
 
-def _rule_from_row(row: tuple[Any, ...]) -> Rule:
-    return Rule(
-        id=row[0], tool=row[1], kind=row[2],
-        words=None if row[3] is None else tuple(json.loads(row[3])), prefix=bool(row[4]),
-        args=None if row[5] is None else json.loads(row[5]), digest=row[6], scope=row[7],
-        session_id=row[8], created_at=_utc(row[9]), expires_at=_utc(row[10]),
-        created_by=row[11], channel=row[12], request_id=row[13], revoked_at=_dt(row[14]),
-        revoked_by=row[15], uses=row[16], last_used_at=_dt(row[17]),
-    )
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=timezone.utc)

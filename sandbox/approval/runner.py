@@ -10,6 +10,7 @@ again, with `tool_context.tool_confirmation` set, once the answer is an approval
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Iterable
@@ -29,7 +30,8 @@ from ..errors import (
     UnknownToolError,
 )
 from ..tools.base import BaseTool, ToolArgumentError
-from ..tools.context import ToolConfirmation, ToolContext
+from ..tools.context import OUTER_CALL, ToolConfirmation, ToolContext
+from .consult import Failure, consult
 from .display import shown
 from .models import ConfirmationRequest, Decision, args_digest, canonical_json, digest_of
 from .providers import (
@@ -38,23 +40,15 @@ from .providers import (
     ConfirmationProvider,
     fixed_answer,
     parse_answer,
-    to_decision,
 )
+from .results import Awaiting, NotRun, Status
 from .rules import Rule, RuleBook
-from .store import ApprovalStore, CallRecord, _dt, _Owner, new_id
+from .store import ApprovalStore, CallRecord, _dt, _Owner, new_id, open_store
 
 T = TypeVar("T")
 
 #: Longest call id accepted (ADK's and OpenAI's ids are a few dozen characters).
 MAX_CALL_ID = 256
-
-
-class _Failure:
-    """Why a provider produced no decision: it raised, or ran out of time."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        self.kind = kind  # "error" | "timeout" | "pending"
-        self.message = message
 
 
 class _Asked:
@@ -144,6 +138,17 @@ class ToolRunner:
         max_args_bytes: int = 1 << 20,
     ) -> None:
         self._tools: dict[str, BaseTool] = {}
+        if isinstance(tools, BaseTool) or callable(tools) or isinstance(tools, (str, bytes)):
+            raise ConfigurationError(
+                f"ToolRunner(tools=...) takes a list of tools, got one "
+                f"{type(tools).__name__}; write ToolRunner(tools=[{_label(tools)}])"
+            )
+        try:
+            tools = list(tools)
+        except TypeError:
+            raise ConfigurationError(
+                f"ToolRunner(tools=...) takes a list of tools, got {type(tools).__name__}"
+            ) from None
         for tool in tools:
             if not isinstance(tool, BaseTool):
                 raise ConfigurationError(
@@ -168,9 +173,12 @@ class ToolRunner:
             )
         if audit is not None and audit_path is not None:
             raise ConfigurationError("pass either audit or audit_path, not both")
-        self.store = store if store is not None else ApprovalStore(store_path)
+        self.store = store if store is not None else open_store(store_path)
         self.provider = provider
-        self.audit = audit if audit is not None else AuditLog(audit_path, redact=redact)
+        # A log written here is anchored in the store: its head (count, last hash) lets
+        # `verify_audit(path, anchor=store)` see records cut off its end.
+        self.audit = audit if audit is not None else AuditLog(audit_path, redact=redact,
+                                                              anchor=self.store)
         self.approval_ttl = approval_ttl
         self.max_rounds = max_rounds
         if max_args_bytes < 1:
@@ -187,7 +195,7 @@ class ToolRunner:
         self.rule_session = session_id or new_id("session")
         # A file may be shared with other processes whose SQLite locks we may wait on:
         # keep those waits off the event loop. An in-memory store never waits.
-        self._offload = self.store.path is not None
+        self._offload = self.store.blocking
         if self._offload:
             for rec in self.store.in_doubt():
                 self.audit.emit("tool.in_doubt", tool=rec.tool, call_id=rec.call_id,
@@ -229,7 +237,7 @@ class ToolRunner:
         except (ToolArgumentError, ConfigurationError) as exc:
             message = exc.message if isinstance(exc, ToolArgumentError) else str(exc)
             self.audit.emit("tool.rejected", tool=name, call_id=call_id, reason=message)
-            return {"status": "error", "error": message}
+            return NotRun(Status.ERROR, message).to_dict()
         if self._offload:
             existing = await self._db(self.store.open_call, call_id, name, digest, args,
                                       self.session_id, args_json=text)
@@ -270,10 +278,10 @@ class ToolRunner:
                        "from a runner of that session")
             self.audit.emit("tool.rejected", tool=req.tool, call_id=req.call_id,
                             digest=req.digest, confirmation_id=req.id, reason=message)
-            return {"status": "rejected", "error": message, "call_id": req.call_id}
+            return NotRun(Status.REJECTED, message, req.call_id).to_dict()
         if req.status == "timed_out" or (req.status == "pending" and _expired(req)):
             # Whatever the answer, an expired request is recorded and reported as timed out.
-            return await self._apply(tool, req, _Failure(
+            return await self._apply(tool, req, Failure(
                 "timeout", f"confirmation {req.id} expired before it was answered"),
                 round_=rounds)
         if confirmation is None:
@@ -284,9 +292,20 @@ class ToolRunner:
                     "the answer: resume(id, ToolConfirmation(confirmed=True)) or a Decision"
                 )
             confirmation = answer
+        if isinstance(confirmation, str) and confirmation.strip().lower() in _WORDS:
+            raise ConfigurationError(
+                f"resume({confirmation_id!r}, {confirmation!r}): an answer is not a word; pass "
+                "True or False, ToolConfirmation(confirmed=True), or Decision.approve() / "
+                "Decision.deny('reason')"
+            )
         decision = parse_answer(confirmation, channel=channel)
         if decided_by is not None and decision.decided_by is None:
             decision = decision.model_copy(update={"decided_by": decided_by})
+        if args is not None:
+            try:  # the arguments as the tool would take them: what the request holds
+                args = tool.validate_args(args)
+            except ToolArgumentError:
+                pass  # compared as sent: they differ, and are refused below
         if args is not None and args_digest(req.tool, args) != req.digest:
             message = (
                 f"the arguments sent with confirmation {confirmation_id} differ from the ones "
@@ -295,11 +314,11 @@ class ToolRunner:
             )
             self.audit.emit("tool.rejected", tool=req.tool, call_id=req.call_id,
                             digest=args_digest(req.tool, args), reason=message)
-            return {"status": "rejected", "error": message, "call_id": req.call_id}
+            return NotRun(Status.REJECTED, message, req.call_id).to_dict()
         if args_digest(req.tool, req.args) != req.digest:
             # A request read back from the store runs only if its arguments still hash to
             # the digest it was asked (and will be granted) for.
-            return await self._apply(tool, req, _Failure(
+            return await self._apply(tool, req, Failure(
                 "error", "the stored arguments of this request do not match its digest (the "
                          "store was modified); refusing to run"), round_=rounds)
         return await self._apply(tool, req, decision, round_=rounds)
@@ -334,6 +353,7 @@ class ToolRunner:
     def call_sync(self, name: str, args: dict[str, Any] | None = None,
                   call_id: str | None = None) -> dict[str, Any]:
         """`call` for code without an event loop."""
+        _no_running_loop("call_sync", "call")
         return anyio.run(self.call, name, args, call_id)
 
     def resume_sync(self, confirmation_id: str,
@@ -342,12 +362,20 @@ class ToolRunner:
         async def go() -> dict[str, Any]:
             return await self.resume(confirmation_id, confirmation, **kwargs)
 
+        _no_running_loop("resume_sync", "resume")
         return anyio.run(go)
 
     # -- the gate --------------------------------------------------------------------
 
+    def _context(self, call_id: str) -> ToolContext:
+        """The one `ToolContext` of a call: the confirmation check and the run see the
+        same one, as in ADK (state a predicate writes is there when the tool runs)."""
+        return ToolContext(function_call_id=call_id, session_id=self.session_id,
+                           **_outer_context())
+
     async def _policy(self, tool: BaseTool, call_id: str, args: dict[str, Any],
-                      digest: str) -> tuple[dict[str, Any] | None, str | None]:
+                      digest: str, ctx: ToolContext | None = None,
+                      ) -> tuple[dict[str, Any] | None, str | None]:
         """The tool's refusal check, then its confirmation predicate, for these arguments.
 
         Returns ``(result, None)`` when the call ended here (blocked, or a check that
@@ -366,7 +394,8 @@ class ToolRunner:
             return await self._end(tool, call_id, digest, "blocked",
                                    {"status": "blocked", **blocked}, event="tool.blocked"), None
         try:
-            return None, await tool.confirmation_needed(args)
+            return None, await tool.confirmation_hint(
+                args, self._context(call_id) if ctx is None else ctx)
         except Exception as exc:
             return await self._end(tool, call_id, digest, "error", {
                 "status": "error",
@@ -376,19 +405,21 @@ class ToolRunner:
 
     async def _gate(self, tool: BaseTool, call_id: str, args: dict[str, Any], digest: str,
                     *, round_: int, args_json: str | None = None) -> dict[str, Any]:
-        ended, hint = await self._policy(tool, call_id, args, digest)
+        ctx = self._context(call_id)
+        ended, hint = await self._policy(tool, call_id, args, digest, ctx)
         if ended is not None:
             return ended
         if hint is not None:
             kind = "predicate" if callable(getattr(tool, "require_confirmation", None)) else "static"
             return await self._ask(tool, call_id, args, digest, hint=hint, payload=None,
-                                   kind=kind, round_=round_, args_json=args_json)
-        return await self._execute(tool, call_id, args, digest, None, round_=round_)
+                                   kind=kind, round_=round_, args_json=args_json, ctx=ctx)
+        return await self._execute(tool, call_id, args, digest, None, round_=round_, ctx=ctx)
 
     async def _ask(self, tool: BaseTool, call_id: str, args: dict[str, Any], digest: str, *,
                    hint: str, payload: Any, kind: str, round_: int,
                    edited_from: str | None = None,
-                   args_json: str | None = None) -> dict[str, Any]:
+                   args_json: str | None = None,
+                   ctx: ToolContext | None = None) -> dict[str, Any]:
         if round_ >= self.max_rounds:
             return await self._end(tool, call_id, digest, "error", {
                 "status": "error",
@@ -400,6 +431,8 @@ class ToolRunner:
             details = tool.describe(args)
         except Exception:
             details = {}
+        if tool.description:  # what the tool does, for the human asked (the page shows it)
+            details = {**details, "tool_description": tool.description[:2000]}
         subjects = _rule_subjects(tool, args)
         if subjects is not None:
             details = {**details, "rule_subjects": [list(argv) for argv in subjects]}
@@ -425,22 +458,21 @@ class ToolRunner:
                             details=details or None)
         if rules:
             by_rule = Decision.approve(decided_by=",".join(r.id for r in rules), channel="rule")
-            return await self._apply(tool, req, by_rule, round_=round_)
+            return await self._apply(tool, req, by_rule, round_=round_, ctx=ctx)
         if self.provider is None:
             return _awaiting(req)
         fixed = fixed_answer(self.provider)
         if fixed is not None:  # AutoApprove: known without building or sending the request
-            return await self._apply(tool, req, fixed, round_=round_)
-        answer = await self._consult(self.provider, req)
-        if isinstance(answer, _Failure) and answer.kind == "pending" and _expired(req):
-            answer = _Failure("timeout", f"{answer.message.split(';')[0]}, and the request "
-                                         "expired")
-        if isinstance(answer, _Failure) and answer.kind == "pending":
+            return await self._apply(tool, req, fixed, round_=round_, ctx=ctx)
+        answer = await consult(self.provider, _public(req))
+        if isinstance(answer, Failure) and answer.kind == "pending" and _expired(req):
+            answer = Failure("timeout", f"{answer.cause}, and the request expired")
+        if isinstance(answer, Failure) and answer.kind == "pending":
             self.audit.emit("tool.timed_out", tool=tool.name, call_id=call_id, digest=digest,
                             confirmation_id=req.id, still_pending=True,
                             channel=self.provider.name)
-            return {**_awaiting(req), "message": answer.message}
-        return await self._apply(tool, req, answer, round_=round_)
+            return _awaiting(req, answer.message)
+        return await self._apply(tool, req, answer, round_=round_, ctx=ctx)
 
     def _park(self, call_id: str, name: str, args: dict[str, Any], args_json: str,
               digest: str, hint: str, payload: Any, kind: str, expires: float | None,
@@ -459,43 +491,11 @@ class ToolRunner:
             name, args, subjects=subjects, session_id=self.rule_session)
         return rid, created, rules
 
-    async def _consult(self, provider: ConfirmationProvider,
-                       req: _Request) -> Decision | _Failure:
-        timeout = provider.timeout
-        request = _public(req)
-        try:
-            if timeout:
-                # move_on_after, not fail_after: only our own deadline is a timeout. A
-                # TimeoutError the provider raises itself (its HTTP client, say) is a
-                # failure.
-                with anyio.move_on_after(timeout) as scope:
-                    answer = await provider.confirm(request)
-                timed_out = scope.cancelled_caught
-            else:  # no deadline: no cancel scope
-                answer = await provider.confirm(request)
-                timed_out = False
-        except ConfirmationTimedOutError as exc:
-            # The request itself expired while the provider waited (its deadline is in
-            # the store): a timeout, whatever on_timeout says.
-            return _Failure("timeout", str(exc))
-        except Exception as exc:
-            return _Failure("error", f"confirmation provider {provider.name} failed: "
-                                     f"{type(exc).__name__}: {exc}")
-        if timed_out:
-            if provider.on_timeout == "pending":
-                return _Failure("pending", f"no answer from {provider.name} within {timeout:g}s;"
-                                " the request stays pending")
-            return _Failure("timeout", f"no answer from {provider.name} within {timeout:g}s")
-        try:
-            return to_decision(answer, channel=provider.name)
-        except Exception as exc:
-            return _Failure("error", f"confirmation provider {provider.name} failed: "
-                                     f"{type(exc).__name__}: {exc}")
-
     async def _apply(self, tool: BaseTool, req: _Request,
-                     answer: Decision | _Failure, *, round_: int) -> dict[str, Any]:
+                     answer: Decision | Failure, *, round_: int,
+                     ctx: ToolContext | None = None) -> dict[str, Any]:
         call_id = req.call_id
-        if isinstance(answer, _Failure):
+        if isinstance(answer, Failure):
             status = "timed_out" if answer.kind == "timeout" else "error"
             verb = "timed out" if status == "timed_out" else "failed"
             result = {"status": status,
@@ -523,7 +523,7 @@ class ToolRunner:
                 await self._remember(tool, req, answer)
             return await self._execute(tool, call_id, req.args, req.digest,
                                        _approval(req.hint, answer.payload), round_=round_,
-                                       claimed=claim)
+                                       claimed=claim, ctx=ctx)
         return await self._apply_edit(tool, req, answer, round_=round_)
 
     async def _remember(self, tool: BaseTool, req: _Request,
@@ -607,13 +607,12 @@ class ToolRunner:
             self.audit.emit("tool.timed_out", tool=tool.name, call_id=req.call_id,
                             digest=req.digest, confirmation_id=req.id, reason=str(exc),
                             answered_by=decided_by, channel=channel)
-            return {"status": "timed_out", "call_id": req.call_id,
-                    "error": f"Confirmation timed out: {exc}. The tool was not run."}
+            return NotRun(Status.TIMED_OUT, f"Confirmation timed out: {exc}. The tool was not "
+                          "run.", req.call_id).to_dict()
         except ConfirmationStateError as exc:
             self.audit.emit("tool.rejected", tool=tool.name, call_id=req.call_id,
                             digest=req.digest, confirmation_id=req.id, reason=str(exc))
-            return {"status": "rejected", "error": f"{exc}. Nothing was run.",
-                    "call_id": req.call_id}
+            return NotRun(Status.REJECTED, f"{exc}. Nothing was run.", req.call_id).to_dict()
         if not self.audit.enabled:  # what was shown is rendered only for a trail
             return None
         edited = decision.args if decision is not None and decision.args is not None else None
@@ -623,7 +622,7 @@ class ToolRunner:
                         confirmation_id=req.id, decision=status, reason=reason,
                         decided_by=decided_by, channel=channel,
                         scope=decision.scope if decision else None,
-                        shown=shown(_public(req), self._redacted(req.tool, req.args)),
+                        shown=_shown(tool, _public(req), self._redacted(req.tool, req.args)),
                         edited_args=self._redacted(req.tool, edited) if edited else None,
                         edit=_args_diff(self._redacted(req.tool, req.args),
                                         self._redacted(req.tool, edited),
@@ -637,7 +636,8 @@ class ToolRunner:
 
     async def _execute(self, tool: BaseTool, call_id: str, args: dict[str, Any], digest: str,
                        confirmation: ToolConfirmation | None, *, round_: int,
-                       claimed: bool = False) -> dict[str, Any]:
+                       claimed: bool = False, ctx: ToolContext | None = None,
+                       ) -> dict[str, Any]:
         if not claimed and not (await self._db(self.store.start, call_id, digest)
                                 if self._offload else self.store.start(call_id, digest)):
             rec = await self._db(self.store.get_call, call_id)
@@ -645,12 +645,13 @@ class ToolRunner:
                        "once and only for the exact arguments approved")
             self.audit.emit("tool.rejected", tool=tool.name, call_id=call_id, digest=digest,
                             reason=message)
-            return {"status": "rejected", "error": message, "call_id": call_id}
+            return NotRun(Status.REJECTED, message, call_id).to_dict()
         if self.audit.enabled:
             self.audit.emit("tool.started", tool=tool.name, call_id=call_id, digest=digest)
-        ctx = ToolContext(function_call_id=call_id, tool_confirmation=confirmation,
-                          session_id=self.session_id)
-        ctx._gate_checked = True  # type: ignore[attr-defined]
+        if ctx is None:
+            ctx = self._context(call_id)
+        ctx.tool_confirmation = confirmation
+        ctx.gated = True
         try:
             result = await tool.run_async(args=args, tool_context=ctx)
         except anyio.get_cancelled_exc_class():
@@ -665,10 +666,12 @@ class ToolRunner:
             return await self._end(tool, call_id, digest, "failed", {
                 "status": "error",
                 "error": f"{tool.name} raised {type(exc).__name__}: {exc}"}, event="tool.failed")
-        requested = ctx.actions.requested_tool_confirmations.get(call_id)
+        # Taken off the context: the next run (after the answer) starts with no request.
+        requested = ctx.actions.requested_tool_confirmations.pop(call_id, None)
         if requested is not None:
             return await self._ask(tool, call_id, args, digest, hint=requested.hint,
-                                   payload=requested.payload, kind="tool", round_=round_ + 1)
+                                   payload=requested.payload, kind="tool", round_=round_ + 1,
+                                   ctx=ctx)
         if not isinstance(result, dict):
             result = {"result": result}
         if self._offload:
@@ -702,14 +705,14 @@ class ToolRunner:
             await self._db(self.store.in_doubt)
             rec = await self._db(self.store.get_call, rec.call_id)
         if rec.state == "in_doubt":
-            return {"status": "in_doubt", "call_id": rec.call_id, "error": (
+            return NotRun(Status.IN_DOUBT, (
                 f"call {rec.call_id} started but its process ended before recording the "
                 "outcome; it will not be run again. Check its effects, then make a new call "
-                "with a new call id if it is still needed")}
+                "with a new call id if it is still needed"), rec.call_id).to_dict()
         if isinstance(rec.result, dict):
             return {**rec.result, "replayed": True}
-        return {"status": "running", "call_id": rec.call_id, "error": (
-            f"call {rec.call_id} is already {rec.state}; it will not be started twice")}
+        return NotRun(Status.RUNNING, f"call {rec.call_id} is already {rec.state}; it will not "
+                      "be started twice", rec.call_id).to_dict()
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -728,6 +731,33 @@ class ToolRunner:
 
 _APPROVALS: dict[str, ToolConfirmation] = {}
 
+#: Answers people type that are not answers the gate reads (it needs a bool or a model).
+_WORDS = {"yes", "y", "no", "n", "ok", "approve", "approved", "deny", "denied", "reject",
+          "once", "always", "session"}
+
+
+def _label(tool: Any) -> str:
+    return str(getattr(tool, "name", None) or getattr(tool, "__name__", None) or "tool")
+
+
+def _no_running_loop(name: str, instead: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(
+        f"ToolRunner.{name} was called inside a running event loop; in async code use "
+        f"'await runner.{instead}(...)' instead"
+    )
+
+
+def _outer_context() -> dict[str, Any]:
+    """State and actions of the agent loop this call runs inside, if any."""
+    outer = OUTER_CALL.get()
+    if outer is None:
+        return {}
+    return {"state": outer.state, "actions": outer.actions}
+
 
 def _approval(hint: str, payload: Any) -> ToolConfirmation:
     """The `ToolConfirmation` an approved call runs with. Without a payload it is one
@@ -740,6 +770,16 @@ def _approval(hint: str, payload: Any) -> ToolConfirmation:
         if len(_APPROVALS) < 256:
             _APPROVALS[hint] = confirmation
     return confirmation
+
+
+def _shown(tool: BaseTool, request: ConfirmationRequest,
+           args: dict[str, Any]) -> dict[str, Any]:
+    """What the human was shown, with the tool's own rendering of its arguments."""
+    try:
+        rendered = tool.render_args(args)
+    except Exception:  # a rendering that fails falls back to the arguments as JSON
+        rendered = None
+    return shown(request, args, rendered)
 
 
 def _expired(req: _Request) -> bool:
@@ -768,12 +808,5 @@ def _args_diff(old: dict[str, Any], new: dict[str, Any], new_digest: str) -> dic
     }
 
 
-def _awaiting(req: _Request) -> dict[str, Any]:
-    return {
-        "status": "awaiting_confirmation",
-        "confirmation_id": req.id,
-        "call_id": req.call_id,
-        "tool": req.tool,
-        "hint": req.hint,
-        "message": f"Waiting for a human to confirm this call (confirmation id {req.id}).",
-    }
+def _awaiting(req: _Request, message: str | None = None) -> dict[str, Any]:
+    return Awaiting(req.id, req.call_id, req.tool, req.hint, message).to_dict()

@@ -86,10 +86,20 @@ def _reap(main_pid: int, status: int | None) -> int | None:
 
 def _kill_all(main_pid: int, status: int | None) -> tuple[int, int]:
     killed: set[int] = set()
+    quiet = 0
     while True:
         victims = _live_descendants()
         if not victims:
-            break
+            # An orphan in transit (its parent exiting, the kernel handing it to us)
+            # can be missing from every children list during one scan: look again,
+            # briefly, before believing the tree is empty.
+            quiet += 1
+            if quiet >= 3:
+                break
+            signal.sigtimedwait({signal.SIGCHLD}, 0.002)
+            status = _reap(main_pid, status)
+            continue
+        quiet = 0
         for pid in victims:
             try:
                 os.kill(pid, signal.SIGKILL)

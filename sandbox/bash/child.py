@@ -1,4 +1,5 @@
-"""What happens in the child before the user's command: cgroups, rlimits, identity.
+"""What happens in the child before the user's command: cgroups, rlimits, identity,
+OS confinement.
 
 Two ways to do it, chosen per run by the process layer:
 
@@ -8,13 +9,17 @@ Two ways to do it, chosen per run by the process layer:
   with vfork, 2.0 ms with any `preexec_fn` from a small interpreter, and 7.7 ms from a
   500 MiB one (fork copies the page tables). `preexec_fn` is also documented as unsafe
   in a process with threads, which agents usually have.
-- A **preexec_fn** (`preexec_fn`), only when the command must run as another user: the
+- A **preexec_fn** (`preexec_fn`), when the command must run as another user (the
   cgroup writes need root, so they must happen before the identity changes, which a
-  prologue in the unprivileged shell cannot do.
+  prologue in the unprivileged shell cannot do) and whenever the run is confined
+  (Landlock, namespaces, capabilities and seccomp can only be applied between fork and
+  exec; once Landlock applies, the cgroup files are out of reach, so placement moves
+  here too). Everything it needs is plain data in `ChildSetup`, so a spawner process
+  can run the very same function in its own fork.
 
-Both set rlimits as soft = hard, and RLIMIT_CORE to 0 whenever anything is set. Neither
-stops a root command from raising its own limits again or leaving its cgroup: against
-root, these bound accidents and runaway programs, not an adversary (see SECURITY.md).
+Both set rlimits as soft = hard, and RLIMIT_CORE to 0 whenever anything is set. Without
+confinement neither stops a root command from raising its own limits again or leaving
+its cgroup; the confinement's dropped capabilities and Landlock rules do (SECURITY.md).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import resource
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+from sandbox.bash.confinement import Confinement, prepare
 
 __all__ = ["PROLOGUE_FAILED", "ChildSetup", "preexec_fn", "shell_prologue"]
 
@@ -47,12 +54,15 @@ class ChildSetup:
     cgroup_procs: cgroup.procs files the child writes its own pid into (placement).
     rlimits: (resource, value) pairs, set as both soft and hard limit.
     uid/gid: the identity to drop to, with no supplementary groups.
+    confinement: the OS confinement (Landlock, namespaces, capabilities, seccomp),
+    applied by `preexec_fn` only: a shell prologue cannot.
     """
 
     cgroup_procs: tuple[str, ...] = ()
     rlimits: tuple[tuple[int, int], ...] = ()
     uid: int | None = None
     gid: int | None = None
+    confinement: Confinement | None = None
 
 
 def bash_posix_mode(env: Mapping[str, str]) -> bool:
@@ -97,16 +107,26 @@ def shell_prologue(setup: ChildSetup, *, posix_mode: bool = False) -> str:
 
 
 def preexec_fn(setup: ChildSetup) -> Callable[[], None]:
-    """The function run in the forked child before exec, for a run that drops its
-    privileges.
+    """The function run in the forked child before exec.
 
-    Order matters: cgroups first (the child must be contained before anything else can
-    fail or fork), then rlimits, then the identity change (after which it could no
-    longer write root-owned cgroup files or set limits above the current ones).
+    Called in the process that will fork (the agent, or a spawner given the same
+    `ChildSetup`): the confinement is prepared here, before the fork, so that the
+    returned function only makes system calls. Order matters, each step needing a
+    privilege that a later one removes:
+
+    1. cgroups: the child must be contained before anything else can fail or fork, and
+       the cgroup files are unreachable once Landlock applies;
+    2. rlimits (soft = hard; RLIMIT_CORE 0);
+    3. namespaces (network; a user namespace around it for an unprivileged agent);
+    4. the capability bounding set is emptied (needs CAP_SETPCAP);
+    5. the identity change (needs CAP_SETUID/CAP_SETGID);
+    6. every remaining capability cleared, ambient included;
+    7. no_new_privs, Landlock, then seccomp last (it denies `unshare`, used in 3).
     """
     cgroup_procs = setup.cgroup_procs
     rlimits = ((resource.RLIMIT_CORE, 0), *setup.rlimits)
     uid, gid = setup.uid, setup.gid
+    prepared = prepare(setup.confinement) if setup.confinement is not None else None
 
     def preexec() -> None:
         pid = b"%d" % os.getpid()
@@ -118,9 +138,15 @@ def preexec_fn(setup: ChildSetup) -> Callable[[], None]:
                 os.close(fd)
         for res, value in rlimits:
             resource.setrlimit(res, (value, value))
+        if prepared is not None:
+            prepared.apply_namespaces()
+            prepared.drop_bounding_set()
         if uid is not None and gid is not None:
             os.setgroups([])
             os.setgid(gid)
             os.setuid(uid)
+        if prepared is not None:
+            prepared.drop_capabilities()
+            prepared.restrict()
 
     return preexec

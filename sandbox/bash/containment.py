@@ -45,6 +45,7 @@ import anyio.lowlevel
 
 from sandbox.bash.cgroups import CgroupBase, RunCgroup, locate, remove_leftovers, remove_stale
 from sandbox.bash.child import ChildSetup, shell_prologue
+from sandbox.bash.spawner import Spawner
 from sandbox.errors import ConfigurationError
 
 __all__ = [
@@ -120,9 +121,20 @@ class Tree(ABC):
         return tuple(str(c.procs_file) for c in self._cgroups)
 
     @property
+    def placement_files(self) -> tuple[str, ...]:
+        """The cgroup.procs files a run's process is placed into."""
+        return self._placement()
+
+    @property
     def limits_processes(self) -> bool:
         """Whether a pids cgroup bounds the run's processes."""
         return self._pids is not None
+
+    @property
+    def kill_files(self) -> tuple[str, ...]:
+        """Files whose write of "1" kills the whole tree (cgroup v2 ``cgroup.kill``):
+        the spawner uses them if the agent dies mid-command."""
+        return ()
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
@@ -168,6 +180,10 @@ class Cgroup2Tree(Tree):
         super().__init__(pids)
         self._cgroup = RunCgroup.create(base)
         self._cgroups.insert(0, self._cgroup)
+
+    @property
+    def kill_files(self) -> tuple[str, ...]:
+        return (str(self._cgroup.path / "cgroup.kill"),)
 
     async def kill(self, main: MainProcess) -> int:
         members = self._cgroup.pids()
@@ -332,7 +348,8 @@ def _subreaper_argv(report_fd: int, setup: ChildSetup, cgroup_procs: Sequence[st
         "-S",
         str(SUBREAPER_SCRIPT),
         str(report_fd),
-        str(os.getpid()),
+        # Its parent: the spawner that forks it (it dies with that parent).
+        str(Spawner.shared().pid),
         uid,
         gid,
         rlimits,

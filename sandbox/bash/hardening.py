@@ -368,13 +368,31 @@ def _sed_scripts(words: Sequence[Word]) -> list[Word]:
             scripts.append(words[i + 1])
             i += 2
             continue
-        if v is not None and v.startswith("--expression="):
-            scripts.append(Word(w.text, v[len("--expression=") :], "", False))
-        elif v is not None and v.startswith("-e") and len(v) > 2:
-            scripts.append(Word(w.text, v[2:], "", False))
-        elif v in ("-f", "--file", "-l", "--line-length"):
-            i += 2
-            continue
+        if v is not None and v.startswith("--") and len(v) > 2:
+            # getopt_long accepts any unique prefix: --e, --ex=... are --expression.
+            name, eq, attached = v.partition("=")
+            if len(name) >= 3 and "--expression".startswith(name):
+                if eq:
+                    scripts.append(Word(w.text, attached, "", False))
+                elif i + 1 < len(words):
+                    scripts.append(words[i + 1])
+                    i += 1
+            elif len(name) >= 4 and "--line-length".startswith(name) and not eq:
+                i += 1
+        elif v is not None and v.startswith("-") and not v.startswith("--") and len(v) > 1:
+            # A getopt bundle: -nes,^,x,e is -n then -e with the value 's,^,x,e'.
+            for j in range(1, len(v)):
+                if v[j] == "e":
+                    if j + 1 < len(v):
+                        scripts.append(Word(w.text, v[j + 1 :], "", False))
+                    elif i + 1 < len(words):
+                        scripts.append(words[i + 1])
+                        i += 1
+                    break
+                if v[j] in "fl":
+                    if j + 1 == len(v):
+                        i += 1
+                    break
         elif v is None and w.prefix.startswith("-"):
             scripts.append(w)  # an option we cannot read may be -e with a script
         elif positional is None and (v is None or not v.startswith("-") or v == "-"):
@@ -629,8 +647,9 @@ DEFAULT_HARDENING: tuple[HardeningRule, ...] = (
         for awk in ("awk", "gawk", "mawk", "nawk")
         for rule in _rows(
             awk,
-            ("-f", "--file", "-E", "--exec", "-i", "--include", "-l", "--load"),
-            "loads awk source or an extension this check cannot see",
+            ("-f", "--file", "-E", "--exec", "-i", "--include", "-l", "--load", "-W"),
+            "loads awk source or an extension this check cannot see (mawk's -W exec "
+            "runs a program file)",
         )
     ),
     # remote shells and pagers

@@ -31,16 +31,20 @@ with a deadline.
 
 from __future__ import annotations
 
+import bisect
 import re
 import subprocess
 import sys
 import unicodedata
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
 import tree_sitter
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
+
+from .agreement import check_agreement
 
 __all__ = [
     "Assignment",
@@ -112,7 +116,8 @@ class SimpleCommand(NamedTuple):
     assignment-only and redirection-only commands).
 
     ``kind`` is ``"command"``, ``"declaration"`` (declare/export/local/readonly/
-    typeset), ``"unset"``, ``"test"`` (``[ ... ]``) or ``"assignment"``.
+    typeset), ``"unset"``, ``"test"`` (``[ ... ]``), ``"assignment"`` or ``"loop"``
+    (the variable of ``for NAME in …``, assigned on every iteration).
     """
 
     kind: str
@@ -261,7 +266,9 @@ def _ansi_c(text: str, i: int, out: list[str]) -> int:
                 decoded = chr(code)
             i = j
         elif esc == "c":
-            if i >= n:
+            if i >= n or text[i] in "'\\":
+                # bash keeps a \c just before the closing quote as the text "\c"
+                # ($'\c' is two characters), and \c\ is not worth modelling
                 raise _Dynamic
             decoded = chr(ord(text[i]) & 0x1F)
             i += 1
@@ -443,6 +450,8 @@ _FUNCTION = _ids("function_definition")
 _TEST_COMMAND = _ids("test_command")
 _COMPOUND = _ids("compound_statement")
 _C_FOR = _ids("c_style_for_statement")
+# `for NAME in …` and `select NAME in …`: NAME is assigned on every iteration.
+_FOR_IN = _ids("for_statement")
 _ARITH_EXPANSION = _ids("arithmetic_expansion")
 _COMMAND_SUBSTITUTION = _ids("command_substitution")
 _PROCESS_SUBSTITUTION = _ids("process_substitution")
@@ -792,6 +801,22 @@ class _Walk:
         self.assignments.append(result)
         return result
 
+    def loop_variable(self, node: Node) -> None:
+        """``for NAME in …``: an assignment of NAME, decided as one (``for PATH in
+        tools; do ls; done`` runs tools/ls)."""
+        name_node = node.child_by_field_name("variable")
+        if name_node is None:
+            return
+        name = self.text(name_node)
+        assignment = Assignment(name, f"{name}=")
+        self.assignments.append(assignment)
+        self.commands.append(
+            SimpleCommand(
+                "loop", (), (assignment,), self.text(name_node),
+                self.offset(name_node.start_byte),
+            )
+        )
+
     def assignment_only(self, node: Node, parts: list[Node]) -> None:
         assignments = tuple(self.assignment(p) for p in parts if p.kind_id in _ASSIGNMENT)
         self.commands.append(
@@ -899,6 +924,8 @@ class _Walk:
             plain: set[int] | None = None
             if ctx & _ARITH and kind not in expression_ids:
                 self.arith_operand(node)
+            if kind in _FOR_IN:
+                self.loop_variable(node)
             action = dispatch.get(kind)
             if action is not None:
                 if action == _A_UNKNOWN:
@@ -1081,10 +1108,47 @@ class _Walk:
                 texts = (text, *texts)
         self.operators.append(Operator(kind, text, texts, self.offset(child.start_byte)))
 
+    def in_literal(self) -> Callable[[int], bool]:
+        """Whether a byte lies in a literal range (single quotes, ``$'…'``, a comment,
+        a quoted here-document), by binary search over the merged ranges: the checks
+        below ask once per ``$(`` or line join, and a crafted command has thousands
+        of both (a linear scan each made a 60 KB command take seconds)."""
+        merged: list[list[int]] = []
+        for start, end in sorted(self.literal_ranges):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        starts = [m[0] for m in merged]
+
+        def contains(pos: int) -> bool:
+            i = bisect.bisect_right(starts, pos) - 1
+            return i >= 0 and pos < merged[i][1]
+
+        return contains
+
+    def data_flags(self, positions: list[int]) -> dict[int, bool]:
+        """Whether bash reads the byte at each of ``positions`` (sorted) as quoted text, in one sweep (ranges nest or are
+        disjoint, being spans of tree nodes): linear instead of positions times ranges."""
+        ranges = sorted(self.data_ranges, key=lambda r: (r[0], -r[1]))
+        out: dict[int, bool] = {}
+        stack: list[tuple[int, int, bool]] = []
+        i = 0
+        for pos in positions:
+            while i < len(ranges) and ranges[i][0] <= pos:
+                while stack and stack[-1][1] <= ranges[i][0]:
+                    stack.pop()
+                stack.append(ranges[i])
+                i += 1
+            while stack and stack[-1][1] <= pos:
+                stack.pop()
+            out[pos] = bool(stack) and stack[-1][2]
+        return out
+
     def check_expansions(self) -> None:
         """Every "$(", "${", "$[" and backtick must be one tree-sitter parsed."""
         data = self.data
-        ranges = self.literal_ranges
+        literal = self.in_literal()
         for pos in self.expansions:
             if pos in self.claimed:
                 continue
@@ -1093,7 +1157,7 @@ class _Walk:
                 slashes += 1
             if slashes % 2:
                 continue
-            if any(start <= pos < end for start, end in ranges):
+            if literal(pos):
                 continue
             token = "`" if data[pos] == 0x60 else data[pos : pos + 2].decode()
             what = "a backtick substitution" if token == "`" else f"an expansion {token!r}"
@@ -1109,30 +1173,25 @@ class _Walk:
             )
             return
 
-    def is_data(self, pos: int) -> bool:
-        """Whether bash reads the byte at ``pos`` as quoted text."""
-        best: tuple[int, int, bool] | None = None
-        for item in self.data_ranges:
-            if item[0] <= pos < item[1] and (
-                best is None or item[0] > best[0] or (item[0] == best[0] and item[1] < best[1])
-            ):
-                best = item
-        return best is not None and best[2]
-
     def check_line_continuations(self, joins: list[int]) -> None:
         """bash removes backslash-newline before it splits words; tree-sitter-bash
         reads it as a blank. They agree only where a blank is next to it anyway:
         ``ls\\<newline>blk`` runs lsblk, and ``"$\\<newline>(id)"`` runs id."""
         data = self.data
+        literal = self.in_literal()
+        quoted = self.data_flags(sorted(joins))
         for pos in joins:
-            if any(start <= pos < end for start, end in self.literal_ranges):
+            if literal(pos):
                 continue  # single quotes, $'...', comments, quoted here-documents
             prev = data[pos - 1 : pos]
             nxt = data[pos + 2 : pos + 3]
-            if self.is_data(pos):
+            if quoted[pos]:
                 joined = prev == b"$"  # in double quotes only "$" + "(" matters
             else:
-                joined = prev not in (b"", b" ", b"\t", b"\n") and nxt not in (
+                # a blank escaped by a backslash is part of the word before it
+                # (``p\ \<newline>a`` is the one word "p a" to bash)
+                escaped_blank = prev in (b" ", b"\t") and _odd_backslashes(data, pos - 1)
+                joined = (escaped_blank or prev not in (b"", b" ", b"\t", b"\n")) and nxt not in (
                     b"",
                     b" ",
                     b"\t",
@@ -1219,6 +1278,14 @@ class _Walk:
         self.redirects.append(
             Redirect(operator, words[0] if words else None, self.offset(node.start_byte))
         )
+
+
+def _odd_backslashes(data: bytes, end: int) -> bool:
+    """Whether an odd run of backslashes ends just before ``end`` (escaping data[end])."""
+    k = end
+    while k > 0 and data[k - 1] == 0x5C:
+        k -= 1
+    return (end - k) % 2 == 1
 
 
 _CONTINUATION = re.compile(rb"\\+\n")
@@ -1383,12 +1450,32 @@ def parse(
     if joins:
         walk.check_line_continuations(joins)
     if controls:
-        for pos in controls:
-            byte = pos if walk.ascii else len(source[:pos].encode("utf-8"))
-            if not walk.is_data(byte):
+        if walk.ascii:
+            bytes_at = controls
+        else:  # byte offsets of the (sorted) character offsets, in one pass
+            bytes_at, done, size = [], 0, 0
+            for pos in controls:
+                size += len(source[done:pos].encode("utf-8"))
+                done = pos
+                bytes_at.append(size)
+        quoted = walk.data_flags(bytes_at)
+        for pos, byte in zip(controls, bytes_at, strict=True):
+            if not quoted[byte]:
                 ch = source[pos]
                 walk.findings.append(Finding("R8", _control_message(ch), escape_controls(ch), pos))
                 break
+    if not any(f.rule in ("R6", "R8") for f in walk.findings):
+        disagreement = check_agreement(root, data)
+        if disagreement is not None:
+            at = len(data[: disagreement.byte].decode("utf-8", "replace"))
+            token = data[disagreement.byte : disagreement.byte + 24].decode("utf-8", "replace")
+            walk.findings.append(Finding(
+                "R9",
+                f"tree-sitter-bash and bash read this differently: {disagreement.construct} "
+                f"at offset {at}; write it more plainly (quote the text, split the command)",
+                token,
+                at,
+            ))
     return ParsedScript(
         source,
         _in_order(walk.commands),
@@ -1418,7 +1505,7 @@ def _by_offset(item: SimpleCommand | Operator | Redirect) -> int:
 
 def _by_rule_then_offset(finding: Finding) -> tuple[int, int]:
     # R8 before R6 before R2: the most basic reason first.
-    return ({"R8": 0, "R6": 1}.get(finding.rule, 2), finding.offset)
+    return ({"R8": 0, "R6": 1, "R9": 1}.get(finding.rule, 2), finding.offset)
 
 
 def _control_message(ch: str) -> str:

@@ -24,10 +24,13 @@ a boundary (``sh -c '…'`` is allowed); use prefixes for a boundary.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
 import sys
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -37,6 +40,9 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import ConfigurationError, PolicyFileError
+from .confinement import (
+    ConfinementRequest,
+)
 from .hardening import ANALYZERS, DEFAULT_HARDENING, PROGRAM_SYNTAX, HardeningRule, ProgramSyntax
 from .parse import (
     ParsedScript,
@@ -47,6 +53,7 @@ from .parse import (
     parse_prefix,
     scan_word,
 )
+from .specs import ProgramSpec, builtin_specs, check_spec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -85,8 +92,14 @@ _RULE_TITLES = {
     "R6": "cannot be parsed safely",
     "R7": "hardening",
     "R8": "control character",
+    "R9": "parser agreement",
 }
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Loop variables that only the script itself reads: lower case, and not one of the
+# lower-case names that programs (proxies) or bash read.
+_LOOP_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")
+_READ_LOWERCASE = frozenset({"http_proxy", "https_proxy", "ftp_proxy", "all_proxy",
+                             "no_proxy", "auto_resume", "histchars"})  # fmt: skip
 _ASSIGNMENT_ARG = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\+?=")
 _MAX_COMMAND_BYTES = 131071  # Linux MAX_ARG_STRLEN minus the NUL: bash -c fails past it
 _OPERATOR_CHARS = frozenset(";&|<>()$`{}[]!\n-0123456789")
@@ -350,6 +363,14 @@ class _ProgramRules:
         return None
 
 
+def _negates(word: Word, options: Sequence[str]) -> bool:
+    """Whether ``word`` is ``--no-X`` (X possibly abbreviated) for an ``--X`` in ``options``."""
+    if word.value is None or not word.value.startswith("--no-"):
+        return False
+    name = "--" + word.value[5:].partition("=")[0]
+    return len(name) > 2 and any(o.startswith(name) for o in options if o.startswith("--"))
+
+
 def _rule_fires(
     rule: HardeningRule,
     words: Sequence[Word],
@@ -361,7 +382,13 @@ def _rule_fires(
     """Whether ``rule`` applies to ``words`` (program first; ``args`` are the rest
     as the program reads them; ``options`` the indexes of args that may be
     options), and where."""
-    if rule.unless_any and any(w.value in rule.unless_any for w in args):
+    if (
+        rule.unless_any
+        and any(w.value in rule.unless_any for w in args)
+        # A negation (--no-get, or abbreviated --no-g) undoes the exempting option,
+        # as git's parse-options reads it.
+        and not any(_negates(w, rule.unless_any) for w in args)
+    ):
         return None
     program = rule.program or ""
     label = program
@@ -439,6 +466,28 @@ def _tuple_of_str(
     return items
 
 
+_NO_SPECS: Mapping[str, ProgramSpec] = MappingProxyType({})
+# Decisions a policy keeps (commands are at most max_command_bytes long).
+_MEMO_SIZE = 64
+
+
+def _specs_field(value: object) -> Mapping[str, ProgramSpec]:
+    """``program_specs``: a mapping of program (or "prog sub") to `ProgramSpec`, or
+    ``"builtin"`` for the specs shipped with the package."""
+    if isinstance(value, str):
+        if value != "builtin":
+            raise ConfigurationError(
+                f"program_specs={value!r} is invalid: use \"builtin\" or a mapping of "
+                "program names to ProgramSpec.")
+        return builtin_specs()
+    if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, ProgramSpec) for k, v in value.items()):
+        raise ConfigurationError(
+            f"program_specs={value!r} is invalid: use \"builtin\" or a mapping of program "
+            "names to ProgramSpec (sandbox.bash.specs).")
+    return value if isinstance(value, MappingProxyType) else MappingProxyType(dict(value))
+
+
 def _limit(name: str, value: object, *, optional: bool, maximum: int | None = None) -> None:
     if value is None and optional:
         return
@@ -469,7 +518,9 @@ class BashToolPolicy:
     The remaining fields are this library's: output and input bounds, the child's
     environment (nothing is inherited unless named in ``inherit_env``), whether to
     drop root privileges (None: when running as root), the commands that need no
-    human confirmation, and the R7 hardening table.
+    human confirmation, the R7 hardening table, and the OS confinement of every
+    command (``filesystem``, ``readable_paths``, ``writable_paths``, ``network``,
+    ``confinement``; see sandbox/bash/confinement.py and SECURITY.md).
     """
 
     allowed_command_prefixes: tuple[str, ...] = ("*",)
@@ -488,9 +539,23 @@ class BashToolPolicy:
     rlimits_via: str = "preexec_fn"
     no_confirmation_prefixes: tuple[str, ...] = ()
     hardening: tuple[HardeningRule, ...] = DEFAULT_HARDENING
+    program_specs: Mapping[str, ProgramSpec] = field(default_factory=lambda: _NO_SPECS)
+    # OS confinement (see sandbox/bash/confinement.py and SECURITY.md).
+    filesystem: str = "read-write"
+    readable_paths: tuple[str, ...] = ()
+    writable_paths: tuple[str, ...] = ()
+    network: str = "none"
+    confinement: str = "best-effort"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+        for name in ("readable_paths", "writable_paths"):
+            set_(self, name, _tuple_of_str(name, getattr(self, name), "('/opt/tools',)",
+                                           blank_ok=True))  # fmt: skip
+        ConfinementRequest(
+            filesystem=self.filesystem, readable_paths=self.readable_paths,
+            writable_paths=self.writable_paths, network=self.network, mode=self.confinement,
+        )  # fmt: skip
         allowed = _tuple_of_str(
             "allowed_command_prefixes", self.allowed_command_prefixes, "('git status', 'ls')"
         )
@@ -518,6 +583,10 @@ class BashToolPolicy:
                 f"timeout_seconds={timeout!r} is invalid: it must be a positive number of "
                 "seconds, or None for no timeout."
             )
+        for name in ("max_memory_bytes", "max_file_size_bytes", "max_output_bytes"):
+            size = getattr(self, name)
+            if isinstance(size, str):  # "1GiB", as a policy file may write it
+                set_(self, name, _byte_size(name, size))
         for name in ("max_memory_bytes", "max_file_size_bytes", "max_child_processes"):
             _limit(name, getattr(self, name), optional=True)
         _limit("max_output_bytes", self.max_output_bytes, optional=False)
@@ -598,7 +667,10 @@ class BashToolPolicy:
             "_by_program",
             {k: _ProgramRules.build(k, v) for k, v in by_program.items()},
         )
+        set_(self, "program_specs", _specs_field(self.program_specs))
         set_(self, "_env_rules", tuple(r for r in rules if r.env is not None))
+        set_(self, "_memo", OrderedDict())
+        set_(self, "_memo_lock", threading.Lock())
         set_(self, "_redirect_rules", tuple(r for r in rules if r.redirect is not None))
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -606,11 +678,14 @@ class BashToolPolicy:
         # read-only env mapping are derived, and mappingproxy does not pickle.
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values["env"] = dict(self.env)
+        values["program_specs"] = dict(self.program_specs)
         return (_rebuild_policy, (type(self), values))
 
     def __hash__(self) -> int:
+        names = [f.name for f in fields(self)]
         values = [getattr(self, f.name) for f in fields(self)]
-        values[[f.name for f in fields(self)].index("env")] = tuple(sorted(self.env.items()))
+        values[names.index("env")] = tuple(sorted(self.env.items()))
+        values[names.index("program_specs")] = tuple(sorted(self.program_specs))
         return hash(tuple(values))
 
     # -- deciding ------------------------------------------------------------------
@@ -684,6 +759,27 @@ class BashToolPolicy:
         return decision.commands
 
     def _decide(self, command: object) -> tuple[PolicyDecision, ParsedScript | None]:
+        """The decision and parse of ``command``, each command parsed once: a call
+        asks for the decision (precheck), the subjects a remembered rule matches and
+        whether a human must confirm, and a long command can take tens of ms to parse.
+        The policy is immutable, so its decisions are kept (a small LRU, per policy)."""
+        if isinstance(command, str):
+            memo: OrderedDict[str, tuple[PolicyDecision, ParsedScript | None]]
+            memo, lock = self.__dict__["_memo"], self.__dict__["_memo_lock"]
+            with lock:
+                found = memo.get(command)
+                if found is not None:
+                    memo.move_to_end(command)
+                    return found
+            result = self._decide_uncached(command)
+            with lock:
+                memo[command] = result
+                if len(memo) > _MEMO_SIZE:
+                    memo.popitem(last=False)
+            return result
+        return self._decide_uncached(command)
+
+    def _decide_uncached(self, command: object) -> tuple[PolicyDecision, ParsedScript | None]:
         if not isinstance(command, str):
             return PolicyDecision(
                 allowed=False,
@@ -732,8 +828,9 @@ class BashToolPolicy:
         """The first rule ``script`` breaks; fills ``matched`` with the prefixes used."""
         allowed: _Prefixes = self.__dict__["_allowed"]
         wildcard = allowed.wildcard
+        specs = self.program_specs
         for finding in script.findings:
-            if finding.rule in ("R8", "R6"):
+            if finding.rule in ("R8", "R6", "R9"):
                 return _Blocked(finding.rule, finding.message, None, finding.token)
         if not script.source.strip() or (
             not script.commands
@@ -751,7 +848,7 @@ class BashToolPolicy:
                     "R1",
                     f"{spelled} is used as bash {op.kind.replace('_', ' ')}{also}; "
                     f"this policy blocks {', '.join(map(repr, self.blocked_operators))}. "
-                    "Quoted text is not affected; run one command per call instead.",
+                    f"Quoted text is not affected; {_r1_advice(op.kind, op.text)}",
                     None,
                     op.text,
                 )
@@ -765,15 +862,27 @@ class BashToolPolicy:
                     name,
                 )
         for cmd in script.commands:
+            use = specs
             if not wildcard:
                 result = self._allowlist(cmd, allowed)
                 if isinstance(result, _Blocked):
                     return result
                 if result:
                     matched.append(" ".join(result))
+                    # A prefix that pins an option ("git remote -v", "git branch
+                    # --list") states a mode; without specs of the policy's own,
+                    # the shipped ones keep it (no further subcommand, no negation).
+                    if not use and any(w.startswith("-") for w in result[1:]):
+                        path = " ".join(itertools.takewhile(lambda w: not w.startswith("-"), result))
+                        if path in builtin_specs():
+                            use = builtin_specs()
             problem = self._hardening(cmd)
             if problem is not None:
                 return problem
+            if use and cmd.words:
+                problem = self._spec(cmd, use)
+                if problem is not None:
+                    return problem
         if not wildcard:
             for finding in script.findings:
                 if finding.rule == "R2":
@@ -785,6 +894,19 @@ class BashToolPolicy:
         if prefixes.wildcard:
             return ("*",)
         text = cmd.text
+        if cmd.kind == "loop":
+            name = cmd.assignments[0].name
+            if (_LOOP_NAME.match(name) and name not in self.env and name not in self.inherit_env
+                    and name not in _READ_LOWERCASE):
+                return ()  # a shell variable no program and no part of bash reads
+            return _Blocked(
+                "R5",
+                f"the loop variable {name!r} is assigned on every iteration, and bash or the "
+                "programs it runs read that name; use a lower-case name of your own "
+                "(for f in …)",
+                text,
+                name,
+            )
         assigned = [scan_word(a.text).value for a in cmd.assignments] if cmd.assignments else []
         if not cmd.words:
             if not assigned:
@@ -885,6 +1007,19 @@ class BashToolPolicy:
         listed = ", ".join(shown[:20]) + (", …" if len(shown) > 20 else "")
         return f"Allowed prefixes: {_shown(listed, 400)}."
 
+    def _spec(self, cmd: SimpleCommand, specs: Mapping[str, ProgramSpec]) -> _Blocked | None:
+        """R7 as an allowlist: the command line must fit its program's spec."""
+        violation = check_spec(cmd.words, specs)
+        if violation is None:
+            return None
+        return _Blocked(
+            "R7",
+            f"{violation.message} [spec {violation.spec!r}]. Run it without that, or extend "
+            "the spec ([programs] in the policy file) if it is safe.",
+            cmd.text,
+            violation.token,
+        )
+
     def _hardening(self, cmd: SimpleCommand) -> _Blocked | None:
         """R7 for one simple command: its program, and any program a wrapper runs."""
         words = cmd.words
@@ -978,7 +1113,9 @@ class BashToolPolicy:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, source: str = "<mapping>") -> BashToolPolicy:
         """Build a policy from a mapping shaped like the TOML file (see `from_toml`)."""
-        return _from_mapping(cls, data, source)
+        from .policy_file import from_mapping
+
+        return from_mapping(cls, data, source)
 
     @classmethod
     def from_toml_string(cls, text: str, *, source: str = "<string>") -> BashToolPolicy:
@@ -986,7 +1123,9 @@ class BashToolPolicy:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise PolicyFileError(f"{source}: not valid TOML: {exc}") from None
-        return _from_mapping(cls, data, source)
+        from .policy_file import from_mapping
+
+        return from_mapping(cls, data, source)
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> BashToolPolicy:
@@ -1010,134 +1149,30 @@ def _rebuild_policy(cls: type[BashToolPolicy], values: dict[str, Any]) -> BashTo
     return cls(**values)
 
 
-# -- policy files -------------------------------------------------------------------
-
-_STRING_TUPLES = ("allowed_command_prefixes", "blocked_operators", "inherit_env",
-                  "no_confirmation_prefixes")  # fmt: skip
-_OPTIONAL_LIMITS = ("max_memory_bytes", "max_file_size_bytes", "max_child_processes")
-_LIMITS = ("max_output_bytes", "max_command_bytes", "max_parse_depth")
-_SECONDS = ("timeout_seconds", "max_parse_seconds")
-_FILE_ONLY = ("default_hardening", "description")
-_RULE_KEYS = ("why", "program", "option", "pattern", "subcommands", "before_subcommand",
-              "unless_any", "analyzer", "env", "redirect")  # fmt: skip
-
-
-def _size(source: str, key: str, value: object, *, optional: bool) -> int | None:
-    if value is False and optional:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        m = _SIZE.match(value)
-        if m is not None:
-            unit = (m.group(2) or "").lower().rstrip("b")
-            return int(m.group(1)) * _SIZE_UNITS[unit]
-    none = ", or false for no limit" if optional else ""
-    raise PolicyFileError(
-        f"{source}: {key} = {value!r} is invalid: write a positive integer or a size "
-        f'such as "512MiB"{none}.'
-    )
+# -- helpers kept beside the decision (policy files load in policy_file.py) ---------
+def _r1_advice(kind: str, text: str) -> str:
+    """What to do instead of a blocked operator, in words that fit that operator."""
+    if kind == "redirect" and ">" in text:
+        return ("drop the redirection: the call returns stdout and stderr (separately), "
+                "so nothing needs to be written to a file.")
+    if kind == "redirect":
+        return "name the file as an argument instead (e.g. `wc -l FILE`, not `wc -l < FILE`)."
+    if kind in ("heredoc", "herestring"):
+        return "pass the text as an argument instead."
+    if kind == "pipe":
+        return "run each command in its own call and work with its output."
+    if kind == "command_substitution":
+        return "run the inner command in its own call first, then use its output."
+    return "run one command per call instead."
 
 
-def _from_mapping(
-    cls: type[BashToolPolicy], data: Mapping[str, Any], source: str
-) -> BashToolPolicy:
-    if not isinstance(data, Mapping):
-        raise PolicyFileError(
-            f"{source}: a policy must be a table of fields, not {type(data).__name__}"
-        )
-    valid = [f.name for f in fields(cls)] + list(_FILE_ONLY)
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in valid:
-            raise PolicyFileError(
-                f"{source}: unknown field {key!r}. Valid fields: {', '.join(valid)}."
-            )
-        if key in _STRING_TUPLES:
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise PolicyFileError(
-                    f"{source}: {key} = {value!r} is invalid: write an array of strings, "
-                    f'e.g. {key} = ["ls", "git status"].'
-                )
-            kwargs[key] = tuple(value)
-        elif key in _SECONDS:
-            if value is False and key == "timeout_seconds":
-                kwargs[key] = None
-            elif isinstance(value, int | float) and not isinstance(value, bool):
-                kwargs[key] = value
-            else:
-                none = ", or false for no timeout" if key == "timeout_seconds" else ""
-                raise PolicyFileError(
-                    f"{source}: {key} = {value!r} is invalid: write a number of seconds{none}."
-                )
-        elif key in _OPTIONAL_LIMITS:
-            kwargs[key] = _size(source, key, value, optional=True)
-        elif key in _LIMITS:
-            kwargs[key] = _size(source, key, value, optional=False)
-        elif key == "env":
-            if not isinstance(value, Mapping) or not all(
-                isinstance(v, str) for v in value.values()
-            ):
-                raise PolicyFileError(
-                    f"{source}: env = {value!r} is invalid: write a table of strings, e.g. "
-                    '[env]\nPATH = "/usr/bin:/bin".'
-                )
-            kwargs[key] = dict(value)
-        elif key == "rlimits_via":
-            if value not in ("preexec_fn", "prologue"):
-                raise PolicyFileError(
-                    f'{source}: rlimits_via = {value!r} is invalid: write "preexec_fn" or '
-                    '"prologue".'
-                )
-            kwargs[key] = value
-        elif key == "drop_privileges":
-            if value == "auto":
-                kwargs[key] = None
-            elif isinstance(value, bool):
-                kwargs[key] = value
-            else:
-                raise PolicyFileError(
-                    f"{source}: drop_privileges = {value!r} is invalid: write true, false "
-                    'or "auto".'
-                )
-        elif key == "hardening":
-            kwargs[key] = _rules_from(source, value)
-        elif key in ("default_hardening", "description"):
-            expected = bool if key == "default_hardening" else str
-            if not isinstance(value, expected):
-                raise PolicyFileError(
-                    f"{source}: {key} = {value!r} is invalid: write a "
-                    f"{'boolean' if expected is bool else 'string'}."
-                )
-    extra: tuple[HardeningRule, ...] = kwargs.pop("hardening", ())
-    base = DEFAULT_HARDENING if data.get("default_hardening", True) else ()
-    kwargs["hardening"] = base + extra
+def _byte_size(name: str, value: str) -> int:
+    """A size written as text ("512MiB", "1GiB", "1GB"), read by pydantic's ByteSize."""
+    from pydantic import ByteSize, TypeAdapter, ValidationError
+
     try:
-        return cls(**kwargs)
-    except PolicyFileError:
-        raise
-    except ConfigurationError as exc:
-        raise PolicyFileError(f"{source}: {exc}") from None
-
-
-def _rules_from(source: str, value: object) -> tuple[HardeningRule, ...]:
-    if not isinstance(value, list):
-        raise PolicyFileError(
-            f"{source}: hardening = {value!r} is invalid: write [[hardening]] tables with "
-            "program, option and why."
-        )
-    rules = []
-    for i, entry in enumerate(value):
-        where = f"{source}: hardening[{i}]"
-        if not isinstance(entry, Mapping):
-            raise PolicyFileError(f"{where} = {entry!r} is invalid: write a table.")
-        for key in entry:
-            if key not in _RULE_KEYS:
-                raise PolicyFileError(
-                    f"{where}: unknown field {key!r}. Valid fields: {', '.join(_RULE_KEYS)}."
-                )
-        try:
-            rules.append(HardeningRule(**dict(entry)))
-        except (ConfigurationError, TypeError) as exc:
-            raise PolicyFileError(f"{where}: {exc}") from None
-    return tuple(rules)
+        return int(TypeAdapter(ByteSize).validate_python(value))
+    except ValidationError:
+        raise ConfigurationError(
+            f'{name}={value!r} is invalid: write a number of bytes or a size such as '
+            f'"512MiB" or "1GiB".') from None

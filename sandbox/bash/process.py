@@ -10,8 +10,10 @@ The life of one run (`run_bash`):
    spawned. A builtin-only prologue in front of the command moves the shell into its
    cgroups and sets its rlimits before any user code runs (the race analysis is on
    `child.shell_prologue`), so no `preexec_fn` is needed and CPython spawns with vfork,
-   at a cost independent of the agent's size. Only a run that drops privileges uses a
-   `preexec_fn`, because the cgroup writes must precede the identity change.
+   at a cost independent of the agent's size. A run that drops privileges or is
+   confined (confinement.py: Landlock, namespaces, capabilities, seccomp) uses a
+   `preexec_fn` instead, because the cgroup writes must precede the identity change
+   and Landlock; a confined run also gets a private TMPDIR, removed in step 3.
 2. Two readers copy stdout and stderr into bounded head+tail buffers while a pidfd
    tells us when the shell itself exits. We do not wait for EOF on the pipes: a
    background job (`sleep 300 & echo hi`) holds them open as long as it lives, which
@@ -30,9 +32,10 @@ import pwd
 import resource
 import shutil
 import stat
-import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -40,8 +43,11 @@ from typing import Any
 import anyio
 
 from sandbox.bash.capture import BoundedCapture, drain_buffered, pump, set_pipe_size
-from sandbox.bash.child import ChildSetup, bash_posix_mode, preexec_fn, shell_prologue
+from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue
+from sandbox.bash.confinement import ConfinementRequest, describe_kernel, plan
+from sandbox.bash.confinement import detect as detect_confinement
 from sandbox.bash.containment import MECHANISMS, Tree, availability, choose, open_tree
+from sandbox.bash.spawner import SpawnedProcess, Spawner, SpawnerError
 from sandbox.errors import ConfigurationError, SandboxError
 
 __all__ = [
@@ -135,6 +141,8 @@ class ProcessResult:
     nproc_enforcement: how max_child_processes was enforced: "pids-cgroup",
     "setuid:<uid>" (RLIMIT_NPROC of an unprivileged uid), "rlimit" (already
     unprivileged) or "rlimit-only(ineffective as root)"; None when not set.
+    protections: each OS confinement layer (confinement.LAYERS), "active: ..." or
+    "inactive: <reason>"; None when the run was not asked to be confined.
     """
 
     stdout: str
@@ -148,6 +156,7 @@ class ProcessResult:
     containment: str
     killed_processes: int
     nproc_enforcement: str | None
+    protections: dict[str, str] | None = None
 
 
 # --------------------------------------------------------------------------- spawning
@@ -196,7 +205,7 @@ class BashProcess:
     """
 
     def __init__(
-        self, popen: subprocess.Popen[bytes], stdout_fd: int, stderr_fd: int, pidfd: int | None
+        self, popen: SpawnedProcess, stdout_fd: int, stderr_fd: int, pidfd: int | None
     ) -> None:
         self._popen = popen
         self.stdout_fd = stdout_fd
@@ -211,9 +220,12 @@ class BashProcess:
         *,
         cwd: str,
         env: Mapping[str, str],
-        preexec: Callable[[], None] | None,
+        setup: ChildSetup | None,
         pass_fds: tuple[int, ...] = (),
+        kill_files: tuple[str, ...] = (),
     ) -> BashProcess:
+        """Start ``argv`` through this process's spawner (`sandbox.bash.spawner`): the
+        agent never forks itself, and the spawner kills the tree if the agent dies."""
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         try:
@@ -221,19 +233,16 @@ class BashProcess:
             set_pipe_size(err_w)
             os.set_blocking(out_r, False)
             os.set_blocking(err_r, False)
-            popen = subprocess.Popen(
-                argv,
-                executable=argv[0],
-                stdin=subprocess.DEVNULL,
-                stdout=out_w,
-                stderr=err_w,
-                cwd=cwd,
-                env=dict(env),
-                start_new_session=True,
-                preexec_fn=preexec,
-                pass_fds=pass_fds,
-                close_fds=True,
-            )
+            try:
+                spawned = Spawner.shared().spawn(
+                    argv, cwd=cwd, env=dict(env), setup=setup, stdout_w=out_w,
+                    stderr_w=err_w, pass_fds=pass_fds, kill_files=kill_files)
+            except SpawnerError:
+                # One retry with a new spawner: the old one may have died between
+                # commands (it is restarted on the next use).
+                spawned = Spawner.shared().spawn(
+                    argv, cwd=cwd, env=dict(env), setup=setup, stdout_w=out_w,
+                    stderr_w=err_w, pass_fds=pass_fds, kill_files=kill_files)
         except BaseException:
             os.close(out_r)
             os.close(err_r)
@@ -241,40 +250,40 @@ class BashProcess:
         finally:
             os.close(out_w)
             os.close(err_w)
-        try:
-            pidfd: int | None = os.pidfd_open(popen.pid)
-        except (AttributeError, OSError):
-            pidfd = None
-        return cls(popen, out_r, err_r, pidfd)
+        return cls(spawned, out_r, err_r, spawned.pidfd)
 
     @property
     def pid(self) -> int:
         return self._popen.pid
 
     def has_exited(self) -> bool:
-        if self._exited or self._popen.returncode is not None:
-            return True
-        try:
-            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            # Reaped behind our back, by a waitpid(-1) child watcher (asyncio's legacy
-            # Safe/FastChildWatcher): it is gone, and Popen will report status 0.
-            self._exited = True
-        else:
-            self._exited = info is not None
+        if not self._exited:
+            self._exited = self._popen.poll_exited()
         return self._exited
 
     async def wait_exited(self) -> None:
-        """Wait until the process has exited, without reaping it."""
-        if self._pidfd is not None:
-            if not self._exited:
-                await anyio.wait_readable(self._pidfd)
-                self._exited = True
+        """Wait until the process has exited, without reaping it. If the spawner dies
+        meanwhile, raise `SpawnerError` at once instead of waiting for the command."""
+        if self._exited:
             return
-        delay = 0.0005
-        while not self.has_exited():
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 0.02)
+        spawner_gone = False
+        async with anyio.create_task_group() as tg:
+
+            async def watch_spawner() -> None:
+                nonlocal spawner_gone
+                await anyio.wait_readable(self._popen.reply_fd)
+                spawner_gone = True
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch_spawner)
+            assert self._pidfd is not None
+            await anyio.wait_readable(self._pidfd)
+            tg.cancel_scope.cancel()
+        if spawner_gone and not self._popen.poll_exited():
+            raise SpawnerError(
+                "the spawner process died while this command ran; its result is lost "
+                "(the next command starts a new spawner)")
+        self._exited = True
 
     def reap(self) -> int | None:
         """Collect the exit status (the process must have exited)."""
@@ -283,11 +292,12 @@ class BashProcess:
         return self._popen.wait()
 
     def close(self) -> None:
-        for fd in (self.stdout_fd, self.stderr_fd, self._pidfd):
-            if fd is not None and fd >= 0:
+        for fd in (self.stdout_fd, self.stderr_fd):
+            if fd >= 0:
                 os.close(fd)
         self.stdout_fd = self.stderr_fd = -1
         self._pidfd = None
+        self._popen.close()  # the pidfd and the reply socket
 
 
 # --------------------------------------------------------------------------- checks
@@ -329,6 +339,15 @@ def _check_command(command: str) -> None:
             f"command is {size} bytes; Linux passes at most {MAX_ARG_STRLEN - 1} bytes in "
             "one argument: write long scripts to a file in the workspace and run that"
         )
+
+
+def _reachable(path: str, granted: tuple[str, ...]) -> bool:
+    real = os.path.realpath(path)
+    return any(
+        real == os.path.realpath(g) or real.startswith(os.path.realpath(g).rstrip("/") + "/")
+        for g in granted
+        if not g.endswith("/")  # "dir/" grants listing only
+    )
 
 
 def _usable_by(path: Path, uid: int, gid: int, need_write: bool) -> bool:
@@ -411,6 +430,7 @@ async def run_bash(
     drop_privileges: bool = False,
     containment: str = "auto",
     rlimits_via: str = "preexec_fn",
+    confinement: ConfinementRequest | None = None,
 ) -> ProcessResult:
     """Run `bash --norc --noprofile -c command` and return what happened.
 
@@ -423,6 +443,11 @@ async def run_bash(
     (or nobody if root owns it, which then needs a workspace writable by nobody); this
     also hides the agent's /proc/PID/environ from the command. containment: "auto"
     (the strongest available) or one of containment.MECHANISMS, which then must work.
+    confinement: the OS confinement to apply (see confinement.py), None for none. A
+    confined run gets a private temporary directory (TMPDIR, removed afterwards) and
+    is set up entirely by a preexec_fn: the cgroup placement must precede Landlock.
+    Raises confinement.ConfinementUnavailable when it is "required" and the kernel
+    lacks a layer.
 
     Raises ConfigurationError for a missing workspace, a missing bash, a forbidden env
     variable or an unusable limit; OSError if the kernel refuses the spawn. When the
@@ -451,8 +476,25 @@ async def run_bash(
     uid = gid = None
     if drop_privileges and os.geteuid() == 0:
         uid, gid = _unprivileged_identity(workdir)
+    confined = confinement is not None and confinement.mode != "none"
     mechanism = choose(containment, shell)
+    if confined and mechanism == "pidns":
+        # `unshare --pid` needs the capabilities the confinement has dropped by then.
+        if containment != "auto":
+            raise ConfigurationError(
+                "containment='pidns' cannot be combined with OS confinement (unshare "
+                "needs the capabilities it drops); use containment='auto' or confinement="
+                "'none'"
+            )
+        mechanism = "subreaper" if availability("subreaper", shell).available else "killpg"
+    if confined and mechanism == "subreaper" and uid is not None:
+        raise ConfigurationError(
+            "the subreaper containment cannot drop privileges under OS confinement; "
+            "run the agent as the unprivileged user, or use confinement='none'"
+        )
 
+    tmpdir: str | None = None
+    protections: dict[str, str] | None = None
     tree = open_tree(mechanism, limit_processes=limits.max_child_processes is not None, shell=shell)
     process: BashProcess | None = None
     try:
@@ -460,20 +502,56 @@ async def run_bash(
             [shell, "--norc", "--noprofile", "-c", command],
             ChildSetup(rlimits=rlimits, uid=uid, gid=gid),
         )
+        if confinement is not None:
+            extra_read: tuple[str, ...] = ()
+            extra_write: tuple[str, ...] = ()
+            if confined:
+                tmpdir = tempfile.mkdtemp(prefix="sandbox-tmp-")
+                if uid is not None and gid is not None:
+                    os.chown(tmpdir, uid, gid)
+                env = {**env, "TMPDIR": tmpdir}
+            if mechanism == "subreaper":
+                # The supervisor is Python, and places its child into the cgroups.
+                extra_read = (sys.base_prefix, sys.prefix, os.path.dirname(__file__))
+                extra_write = tuple(tree.placement_files)
+            plan_request = replace(
+                confinement,
+                readable_paths=(*confinement.readable_paths, *extra_read),
+                writable_paths=(*confinement.writable_paths, *extra_write),
+            )
+            plan_confinement, protections = plan(
+                plan_request, workspace=workdir, tmpdir=tmpdir, drops_to_uid=uid is not None
+            )
+            setup = replace(setup, confinement=plan_confinement)
+            home = env.get("HOME")
+            if (
+                plan_confinement is not None
+                and plan_confinement.landlock_fs
+                and tmpdir is not None
+                and home is not None
+                and not _reachable(home, plan_confinement.read_paths + plan_confinement.write_paths)
+            ):
+                # A HOME the command cannot read breaks programs that read their
+                # configuration there (git dies on EACCES): give it an empty private one.
+                env = {**env, "HOME": tmpdir}
+                protections = {**(protections or {}), "home": f"active: HOME={home} is out "
+                               "of the command's reach; it is the private TMPDIR instead"}  # fmt: skip
         # Placement must precede an identity change, which a prologue running in the
-        # unprivileged shell cannot do: then the preexec_fn does everything. Otherwise
-        # the cgroup placement stays in the builtin prologue and a preexec_fn, if the
-        # rlimits go that way, only calls setrlimit: every line of Python run in the
-        # forked child touches copy-on-write pages of the agent, which is what makes a
-        # preexec_fn expensive, so it does as little as possible.
+        # unprivileged shell cannot do, and Landlock, after which the cgroup files are
+        # out of reach: then the preexec_fn does everything. Otherwise the cgroup
+        # placement stays in the builtin prologue and a preexec_fn, if the rlimits go
+        # that way, only calls setrlimit: every line of Python run in the forked child
+        # touches copy-on-write pages of the agent, which is what makes a preexec_fn
+        # expensive, so it does as little as possible.
         prologue: ChildSetup | None
-        if uid is not None:
-            preexec, prologue = preexec_fn(setup), None
+        child_setup: ChildSetup | None
+        if uid is not None or setup.confinement is not None:
+            child_setup, prologue = setup, None
         elif rlimits and rlimits_via == "preexec_fn":
-            preexec = preexec_fn(replace(setup, cgroup_procs=()))
+            child_setup = replace(setup, cgroup_procs=())
             prologue = replace(setup, rlimits=())
         else:
-            preexec, prologue = None, setup
+            child_setup, prologue = None, setup
         if limits.max_child_processes is not None:
             # pids.max also counts the shell itself.
             tree.limit_processes(
@@ -484,14 +562,13 @@ async def run_bash(
             argv[-1] = shell_prologue(prologue, posix_mode=bash_posix_mode(env)) + argv[-1]
         try:
             process = BashProcess.spawn(
-                argv, cwd=workdir, env=env, preexec=preexec, pass_fds=tree.pass_fds
+                argv, cwd=workdir, env=env, setup=child_setup, pass_fds=tree.pass_fds,
+                kill_files=tree.kill_files,
             )
-        except subprocess.SubprocessError as e:
-            # CPython hides what went wrong inside preexec_fn; this is what it does.
+        except SpawnerError as e:
             raise SandboxError(
-                f"could not set up the child process ({e}): moving it into its cgroups, "
-                "setting rlimits or dropping privileges failed; run "
-                "sandbox.bash.process.detect_protections() to see what works here"
+                f"{e}: moving it into its cgroups, setting rlimits, confining it or "
+                "dropping privileges failed; run `sandbox doctor` to see what works here"
             ) from None
         finally:
             tree.spawned()
@@ -508,6 +585,8 @@ async def run_bash(
                 process.reap()
                 process.close()
             await tree.aclose()
+            if tmpdir is not None:
+                shutil.rmtree(tmpdir, ignore_errors=True)
 
     if limits.max_child_processes is None:
         nproc = None
@@ -531,6 +610,7 @@ async def run_bash(
         containment=mechanism,
         killed_processes=killed,
         nproc_enforcement=nproc,
+        protections=protections,
     )
 
 
@@ -614,14 +694,28 @@ def detect_protections() -> dict[str, Any]:
         "path); rlimits through preexec_fn when any limit is set (rlimits_via="
         "'prologue' uses bash's ulimit instead); preexec_fn always with drop_privileges"
     )
+    confined = detect_confinement()
+    raise_again = (
+        "enforced (a root command cannot raise it: its capabilities are dropped)"
+        if confined.has("capabilities")
+        else "enforced (can be raised again by a root command)"
+    )
     report["rlimits"] = {
-        "RLIMIT_AS": "enforced (can be raised again by a root command)" if root else "enforced",
-        "RLIMIT_FSIZE": "enforced (can be raised again by a root command)" if root else "enforced",
-        "RLIMIT_NPROC": "ineffective for root" if root else "enforced per uid",
+        "RLIMIT_AS": raise_again if root else "enforced",
+        "RLIMIT_FSIZE": raise_again if root else "enforced",
+        "RLIMIT_NPROC": "ineffective for root (uid 0 is exempt even without capabilities)"
+        if root
+        else "enforced per uid",
         "RLIMIT_CORE": "0 whenever a limit is set",
     }
+    confinement = describe_kernel()
+    report["confinement"] = confinement
+    landlock = confined.has("landlock-fs")
     report["agent_environment_readable_by_command"] = (
-        "yes via /proc/<agent pid>/environ, unless drop_privileges=True"
+        "no: Landlock forbids ptrace access (and so /proc/<pid>/environ) outside the "
+        "command's domain"
+        if landlock
+        else "yes via /proc/<agent pid>/environ, unless drop_privileges=True"
         if root
         else "only by processes of the same uid (the command runs as this uid)"
     )

@@ -18,9 +18,11 @@ import anyio.to_thread
 from ..errors import ConfigurationError
 from ..tools.base import BaseTool, ToolArgumentError
 from ..tools.context import ToolContext
+from . import display as _display  # noqa: F401 - registers the "bash" highlighter
+from .confinement import ConfinementRequest
 from .parse import escape_controls
 from .policy import BashToolPolicy, PolicyDecision
-from .process import Limits, _unprivileged_identity, run_bash
+from .process import Limits, ProcessResult, _unprivileged_identity, run_bash
 
 # Commands longer than this may take tens of milliseconds to check (the policy parses
 # them in a guarded child process): keep that off the event loop.
@@ -81,6 +83,13 @@ class ExecuteBashTool(BaseTool):
         # One call asks the policy up to four times (refusal, confirmation, what the human
         # sees, rule matching); the decision depends only on the command text.
         self._decide = functools.lru_cache(maxsize=256)(policy.check)
+        self._confinement = ConfinementRequest(
+            filesystem=policy.filesystem,
+            readable_paths=policy.readable_paths,
+            writable_paths=policy.writable_paths,
+            network=policy.network,
+            mode=policy.confinement,
+        )
         self._limits = Limits(
             max_memory_bytes=policy.max_memory_bytes,
             max_file_size_bytes=policy.max_file_size_bytes,
@@ -123,15 +132,15 @@ class ExecuteBashTool(BaseTool):
             raise ToolArgumentError(
                 f"arguments to {self.name} must be a JSON object, got {type(args).__name__}"
             )
-        command = args.get("command")
-        if not isinstance(command, str) or not command.strip():
-            raise ToolArgumentError("Command is required.")
         extra = sorted(set(args) - {"command"})
-        if extra:
+        if extra:  # named first: {"cmd": ...} is a misspelt key, not a missing command
             raise ToolArgumentError(
                 f"unexpected argument(s) {', '.join(map(repr, extra))}; {self.name} takes "
                 "only 'command'"
             )
+        command = args.get("command")
+        if not isinstance(command, str) or not command.strip():
+            raise ToolArgumentError("Command is required.")
         return args
 
     async def _check(self, command: str) -> PolicyDecision:
@@ -166,6 +175,11 @@ class ExecuteBashTool(BaseTool):
             "workspace": str(self.workspace),
         }
 
+    def render_args(self, args: dict[str, Any]) -> str | None:
+        """The command line itself, as a human reads it (channels escape it)."""
+        command = args.get("command")
+        return command if isinstance(command, str) else None
+
     def rule_subjects(self, args: dict[str, Any]) -> tuple[tuple[str, ...], ...] | None:
         command = args.get("command", "")
         if not self._decide(command).allowed:
@@ -184,7 +198,7 @@ class ExecuteBashTool(BaseTool):
         if refused is not None:
             return refused
         confirmation = tool_context.tool_confirmation
-        if not getattr(tool_context, "_gate_checked", False) and confirmation is None:
+        if not getattr(tool_context, "gated", False) and confirmation is None:
             hint = await self.confirmation_needed(args)
             if hint is not None:
                 tool_context.request_confirmation(hint=hint)
@@ -209,6 +223,7 @@ class ExecuteBashTool(BaseTool):
                 max_output_bytes=self.policy.max_output_bytes,
                 drop_privileges=self._drop,
                 rlimits_via=self.policy.rlimits_via,
+                confinement=self._confinement,
             )
         except (ConfigurationError, OSError) as exc:
             return {"error": f"Execution failed: {exc}", "stdout": "", "stderr": "",
@@ -220,10 +235,13 @@ class ExecuteBashTool(BaseTool):
             "timed_out": outcome.timed_out,
             "truncated": outcome.truncated,
             "duration_ms": round(outcome.duration_ms, 3),
-            "containment": outcome.containment,
+            "containment": _containment_report(outcome, self._limits),
             "privileges": f"uid {self._identity[0]}" if self._drop else (
                 "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"),
         }
+        missing = (outcome.protections or {}).get("missing")
+        if missing:
+            result["confinement_missing"] = missing
         if outcome.truncated:
             result["stdout_bytes_dropped"] = outcome.stdout_bytes_dropped
             result["stderr_bytes_dropped"] = outcome.stderr_bytes_dropped
@@ -235,3 +253,20 @@ class ExecuteBashTool(BaseTool):
                 "process tree was killed. Output produced before that is included."
             )
         return result
+
+
+def _containment_report(outcome: ProcessResult, limits: Limits) -> dict[str, str]:
+    """Every protection of one run, "active: ..." or "inactive: <reason>"."""
+    report = {"process-tree": f"active: {outcome.containment}" + (
+        " (misses setsid escapes)" if outcome.containment == "killpg" else "")}
+    for layer, state in (outcome.protections or {}).items():
+        if layer != "missing":
+            report[layer] = state
+    rlimits = [name for name, value in (("RLIMIT_AS", limits.max_memory_bytes),
+               ("RLIMIT_FSIZE", limits.max_file_size_bytes),
+               ("RLIMIT_NPROC", limits.max_child_processes)) if value is not None]  # fmt: skip
+    report["rlimits"] = f"active: {', '.join(rlimits)}" if rlimits else "inactive: none set"
+    if outcome.nproc_enforcement is not None:
+        state = "inactive" if "ineffective" in outcome.nproc_enforcement else "active"
+        report["max-child-processes"] = f"{state}: {outcome.nproc_enforcement}"
+    return report

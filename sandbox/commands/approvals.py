@@ -18,12 +18,13 @@ from typing import Any
 from ..approval.display import escape_text, render_args, rule_subjects_of, visible_details
 from ..approval.models import ConfirmationRequest, Decision, Remember, RulePattern
 from ..approval.rules import Rule, RuleBook, check_patterns
-from ..approval.store import ApprovalStore
+from ..approval.store import ApprovalStore, open_store
 from ..errors import (
     ConfigurationError,
     ConfirmationStateError,
     ConfirmationTimedOutError,
     RuleError,
+    StoreError,
     UnknownConfirmationError,
     UnknownRuleError,
 )
@@ -52,12 +53,16 @@ def register(sub: Any) -> None:
     actions = approvals.add_subparsers(dest="approvals_action", metavar="ACTION")
 
     serve = _action(actions, "serve", "serve the approvals page (127.0.0.1 by default)",
-                    "sandbox approvals serve --store approvals.db --port 8765",
+                    "sandbox approvals serve --store approvals.db --port 8765\n"
+                    "  sandbox approvals serve --store new.db --create",
                     json_flag=False)
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (default 127.0.0.1; anything else exposes "
                             "the page to other machines)")
     serve.add_argument("--port", type=int, default=8765, help="port (0 picks a free one)")
+    serve.add_argument("--create", action="store_true",
+                       help="create the store file if it does not exist (without it, a "
+                            "missing store is an error, as for the other actions)")
     serve.add_argument("--identity", default=None,
                        help="who answers from the page, recorded with each decision "
                             "(default $USER)")
@@ -130,8 +135,16 @@ def _action(actions: Any, name: str, help_text: str, example: str, *,
 def _open_store(args: argparse.Namespace, *, create: bool = False) -> ApprovalStore:
     path = Path(args.store or os.environ.get(STORE_ENV) or DEFAULT_STORE)
     if not create and not path.exists():
-        raise _Exit(2, f"no approval store at {path}; pass --store FILE or set ${STORE_ENV}")
-    return ApprovalStore(path)
+        hint = (" (or add --create to start an empty one)"
+                if getattr(args, "create", None) is not None else "")
+        raise _Exit(2, f"no approval store at {path}; pass --store FILE or set "
+                       f"${STORE_ENV}{hint}")
+    if path.is_dir():
+        raise _Exit(2, f"{path} is a directory, not an approval store; pass --store FILE")
+    try:
+        return open_store(path)
+    except StoreError as exc:
+        raise _Exit(2, f"{exc} (is --store the SQLite file your ToolRunner uses?)") from None
 
 
 class _Exit(Exception):
@@ -173,7 +186,11 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"sandbox approvals serve needs the web extra ({exc.name} is missing): "
               "pip install 'sandbox[web]'", file=sys.stderr)
         return 2
-    store = _open_store(args, create=True)
+    try:
+        store = _open_store(args, create=args.create)
+    except _Exit as exc:
+        print(f"sandbox approvals serve: {exc.message}", file=sys.stderr)
+        return exc.code
     try:
         server = ApprovalServer(store, host=args.host, port=args.port, identity=args.identity)
     except ConfigurationError as exc:

@@ -30,8 +30,8 @@ def register(sub: Any) -> None:
         description="Decide a command under a policy, on the bash parse tree, and explain "
                     "the decision: rule, simple command, token. Exit 0 allowed, 1 blocked.",
         epilog="examples:\n"
-               "  sandbox check --policy policies/readonly.toml -- 'ls -la | wc -l'\n"
-               "  sandbox check --policy policies/git-readonly.toml --json -- git log -p",
+               "  sandbox check --policy readonly -- 'ls -la | wc -l'\n"
+               "  sandbox check --policy git-readonly --json -- git log -p",
         formatter_class=fmt,
     )
     _policy_arg(check)
@@ -48,8 +48,8 @@ def register(sub: Any) -> None:
                     f"({EXIT_BLOCKED} blocked, {EXIT_NOT_APPROVED} not approved, "
                     f"{EXIT_TIMED_OUT} timed out).",
         epilog="examples:\n"
-               "  sandbox run --policy policies/readonly.toml -- ls -la\n"
-               "  sandbox run --policy policies/python-dev.toml --workspace . -- pytest -q\n"
+               "  sandbox run --policy readonly -- ls -la\n"
+               "  sandbox run --policy python-dev --workspace . -- pytest -q\n"
                "  sandbox run --approve deny --json -- rm -rf build",
         formatter_class=fmt,
     )
@@ -75,14 +75,32 @@ def register(sub: Any) -> None:
 
 
 def _policy_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--policy", metavar="FILE",
-                        help="policy TOML file (default: allow every command, 30 s timeout)")
+    parser.add_argument("--policy", metavar="NAME|FILE",
+                        help="a shipped policy (readonly, git-readonly, python-dev) or a "
+                             "policy TOML file (default: allow every command, 30 s timeout)")
 
 
-def _load_policy(path: str | None) -> Any:
+def _load_policy(reference: str | None) -> Any:
+    from .. import policies
     from ..bash import BashToolPolicy
 
-    return BashToolPolicy() if path is None else BashToolPolicy.from_toml(path)
+    if reference is None:
+        return BashToolPolicy()
+    return BashToolPolicy.from_toml(policies.resolve(reference))
+
+
+def _has_terminal() -> bool:
+    try:
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
+    except OSError:
+        return False
+    return True
+
+
+NO_TERMINAL = ("this command needs approval and there is no terminal to ask on; run "
+               "`sandbox run` in a terminal, or choose who approves: --approve auto (run "
+               "it without asking) or --approve deny (refuse whatever needs approval). "
+               "The command was not run.")
 
 
 def _command(args: argparse.Namespace, verb: str) -> str | None:
@@ -142,8 +160,16 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     from ..approval import ToolRunner
 
-    runner = ToolRunner(tools=[tool], provider=provider)
-    result = anyio.run(_call_with_status, runner, command)
+    if args.approve == "console" and policy.check(command).allowed and \
+            policy.needs_confirmation(command) and not _has_terminal():
+        if args.json:
+            print(json.dumps({"status": "error", "error": NO_TERMINAL}))
+        else:
+            print(f"sandbox run: {NO_TERMINAL}", file=sys.stderr)
+        return EXIT_NOT_APPROVED
+    asking = _Asking(provider) if args.approve == "console" else None
+    runner = ToolRunner(tools=[tool], provider=asking or provider)
+    result = anyio.run(_call_with_status, runner, command, asking)
     if "signal" in result:
         # SIGTERM/SIGHUP are handled like Ctrl-C: the tree is already killed.
         print(f"sandbox run: stopped by {result['signal']}", file=sys.stderr)
@@ -177,18 +203,48 @@ def _provider(kind: str) -> Any:
     return ConsoleConfirmationProvider()
 
 
-async def _call_with_status(runner: Any, command: str) -> dict[str, Any]:
-    """Run the call; on a terminal, show a status line while the command runs."""
+class _Asking:
+    """Wraps the terminal provider so the status line knows when a human is being asked
+    (it must then stay quiet: the question and its prompt are on the same terminal)."""
+
+    def __init__(self, provider: Any) -> None:
+        self.provider = provider
+        self.name: str = provider.name
+        self.timeout: float | None = provider.timeout
+        self.on_timeout: Any = provider.on_timeout
+        self.asking = False
+
+    async def confirm(self, request: Any) -> Any:
+        self.asking = True
+        try:
+            return await self.provider.confirm(request)
+        finally:
+            self.asking = False
+
+
+async def _call_with_status(runner: Any, command: str,
+                            asking: _Asking | None = None) -> dict[str, Any]:
+    """Run the call; on a terminal, show how long the command has been running (not
+    while a human is being asked: the prompt says it is waiting for an answer)."""
     result: dict[str, Any] = {}
     show = sys.stderr.isatty()
 
     async def status() -> None:
-        started = time.monotonic()
-        await anyio.sleep(1.0)
+        started: float | None = None
+        shown = False
         while True:
-            sys.stderr.write(f"\r\x1b[2K  … running for {time.monotonic() - started:.0f}s")
-            sys.stderr.flush()
-            await anyio.sleep(1.0)
+            await anyio.sleep(0.25)
+            if asking is not None and asking.asking:
+                started = None
+                continue
+            started = started if started is not None else time.monotonic()
+            if time.monotonic() - started >= 1.0:
+                sys.stderr.write(f"\r\x1b[2K  … running for "
+                                 f"{time.monotonic() - started:.0f}s")
+                sys.stderr.flush()
+                shown = True
+            elif shown:
+                sys.stderr.write("\r\x1b[2K")
 
     async def stop_on_signal(
         scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[None]
@@ -249,4 +305,10 @@ def _doctor(args: argparse.Namespace) -> int:
     env = report.get("agent_environment_readable_by_command")
     if env:
         print(f"  agent env readable:   {env}")
+    confinement = report.get("confinement", {})
+    print(f"  OS confinement (Landlock ABI {confinement.get('landlock_abi', 0)}), applied to "
+          "every command unless the policy says confinement = \"none\":")
+    for layer, state in confinement.get("layers", {}).items():
+        mark = "yes" if state.startswith("available") else "no "
+        print(f"    [{mark}] {layer:16} {state.split(': ', 1)[-1]}")
     return 0

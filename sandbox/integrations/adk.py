@@ -71,11 +71,11 @@ except ImportError:  # pragma: no cover
 from ..approval.models import Decision, args_digest
 from ..approval.providers import ConfirmationProvider
 from ..approval.runner import ToolRunner
-from ..approval.store import ApprovalStore
+from ..approval.store import ApprovalStore, open_store
 from ..audit import AuditLog
 from ..errors import ConfigurationError, DuplicateCallError, UnknownCallError
-from ..tools.base import BaseTool
-from ..tools.context import ToolContext
+from ..tools.base import BaseTool, ToolArgumentError, confirmation_hint_text
+from ..tools.context import OUTER_CALL, EventActions, OuterCall, ToolContext
 
 __all__ = ["ApprovalPlugin", "GatedAdkTool", "to_adk_tool", "to_adk_tools"]
 
@@ -117,14 +117,22 @@ class GatedAdkTool(AdkBaseTool):
 
     async def run_async(self, *, args: dict[str, Any], tool_context: AdkToolContext) -> Any:
         call_id = tool_context.function_call_id
-        if tool_context.tool_confirmation is not None:
-            if not call_id:
-                return _refused("a confirmation arrived without a function call id")
-            result = await _apply_client_answer(
-                self.runner, self.name, args, call_id, tool_context.tool_confirmation
-            )
-        else:
-            result = await _call(self.runner, self.name, args, call_id)
+        # The tool reads the ADK session's state, and what it writes (and its other
+        # actions) goes back into the ADK event, as with ADK's own tools.
+        outer = OuterCall(state=tool_context.state.to_dict())
+        token = OUTER_CALL.set(outer)
+        try:
+            if tool_context.tool_confirmation is not None:
+                if not call_id:
+                    return _refused("a confirmation arrived without a function call id")
+                result = await _apply_client_answer(
+                    self.runner, self.name, args, call_id, tool_context.tool_confirmation
+                )
+            else:
+                result = await _call(self.runner, self.name, args, call_id)
+        finally:
+            OUTER_CALL.reset(token)
+        _hand_actions_to_adk(outer.actions, tool_context)
         return _hand_pending_to_adk(self.runner, result, tool_context)
 
 
@@ -169,11 +177,11 @@ class _AdkCall:
         if self.is_bash():
             hint: str | None = f"Please approve or reject the bash command: {args.get('command')}"
         elif await self.tool.check_require_confirmation(args, self.context):
-            hint = f"Please approve or reject the tool call {self.tool.name}()."
+            hint = confirmation_hint_text(self.tool.name)
         elif self.asked_by_tool:
             # The tool asked from inside for the original arguments; edited ones cannot
             # be judged without running it, so they are asked about again.
-            hint = self.hint or f"Please approve or reject the tool call {self.tool.name}()."
+            hint = self.hint or confirmation_hint_text(self.tool.name)
         else:
             hint = None
         self.verdicts[key] = hint
@@ -281,7 +289,7 @@ class ApprovalPlugin(BasePlugin):
         if audit is not None and audit_path is not None:
             raise ConfigurationError("pass either audit or audit_path, not both")
         self.provider = provider
-        self.store = store if store is not None else ApprovalStore(store_path)
+        self.store = store if store is not None else open_store(store_path)
         self.audit = audit if audit is not None else AuditLog(audit_path)
         self.approval_ttl = approval_ttl
         # One runner per (ADK session, tool): the runner's session id is the ADK
@@ -427,6 +435,13 @@ async def _apply_client_answer(runner: ToolRunner, name: str, args: dict[str, An
             "in-memory store); the tool was not run"
         )
     try:
+        tool = runner.tools.get(name)
+        if tool is not None:  # as the gate digested them: validated, defaults filled
+            try:
+                args = tool.validate_args(args)
+            except ToolArgumentError as exc:
+                return _refused(f"the confirmation for call {call_id} carries invalid "
+                                f"arguments ({exc.message}); the tool was not run")
         digest = args_digest(name, args)
     except ConfigurationError as exc:
         return _refused(str(exc))
@@ -460,16 +475,33 @@ def _hand_pending_to_adk(runner: ToolRunner, result: dict[str, Any],
     if result.get("status") != "awaiting_confirmation" or not context.function_call_id:
         return result
     payload = None
+    asked_by_tool = False
     confirmation_id = result.get("confirmation_id")
     if isinstance(confirmation_id, str):
         try:
-            payload = runner.store.get_request(confirmation_id).payload
+            request = runner.store.get_request(confirmation_id)
         except LookupError:
-            payload = None
+            pass
+        else:
+            payload, asked_by_tool = request.payload, request.kind == "tool"
     context.request_confirmation(hint=str(result.get("hint") or ""), payload=payload)
-    # Not a result for the model to act on: the invocation pauses for the human.
-    context.actions.skip_summarization = True
+    if not asked_by_tool:
+        # As ADK's require_confirmation does: not a result for the model to act on.
+        # A tool's own request_confirmation leaves the model its turn, as in ADK.
+        context.actions.skip_summarization = True
     return result
+
+
+def _hand_actions_to_adk(actions: EventActions, context: AdkToolContext) -> None:
+    """What our tool did to the session (state writes, flow actions), in ADK's event."""
+    for key, value in actions.state_delta.items():
+        context.state[key] = value
+    if actions.skip_summarization is not None:
+        context.actions.skip_summarization = actions.skip_summarization
+    if actions.transfer_to_agent is not None:
+        context.actions.transfer_to_agent = actions.transfer_to_agent
+    if actions.escalate is not None:
+        context.actions.escalate = actions.escalate
 
 
 def _refused(message: str) -> dict[str, Any]:

@@ -14,6 +14,13 @@ needs a human, the question goes, in this order, to:
 2. **the fallback provider** (``provider=``; ``sandbox mcp --approvals queue|deny``),
    for clients that cannot elicit, or for every call with ``elicitation=False``.
 3. Neither: the call is refused at once with an explanation. It never hangs.
+
+While a call waits for a human, the server sends ``notifications/progress`` every
+``progress_interval`` seconds when the client gave a ``progressToken``. The default
+``approval_timeout`` is 45 seconds because the TypeScript SDK's client abandons a request
+after 60 seconds (unless it resets its timeout on progress): the answer and the tool's
+own run then fit inside the client's wait. A call whose client cancels it or goes away
+while it waits is recorded as cancelled, in the store and the audit log.
 """
 
 from __future__ import annotations
@@ -24,15 +31,21 @@ import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
+
+import anyio
 
 try:
     import mcp_types as mtypes
     from mcp.server.lowlevel.server import Server
     from mcp.server.session import ServerSession
     from mcp.server.stdio import stdio_server
-    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+    from mcp.shared.exceptions import MCPError
+    from mcp.shared.message import ServerMessageMetadata
+    from mcp_types.jsonrpc import INVALID_PARAMS
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS, is_version_at_least
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         f"sandbox.integrations.mcp needs the MCP SDK ({exc}); install it with "
@@ -43,17 +56,19 @@ from ..approval.display import command_of, escape_text
 from ..approval.models import ConfirmationRequest, Decision
 from ..approval.providers import ConfirmationProvider, OnTimeout
 from ..approval.runner import ToolRunner
-from ..approval.store import ApprovalStore, new_id
+from ..approval.store import ApprovalStore, new_id, open_store
 from ..audit import AuditLog
 from ..errors import ConfigurationError, SandboxError, UnknownConfirmationError
 from ..tools.base import BaseTool
 
 __all__ = [
     "APPROVAL_FORM",
+    "DEFAULT_APPROVAL_TIMEOUT",
     "ElicitationProvider",
     "GatedToolServer",
     "build_server",
     "decision_from_elicitation",
+    "serve_http",
     "serve_stdio",
 ]
 
@@ -74,6 +89,14 @@ APPROVAL_FORM: dict[str, Any] = {
     },
     "required": ["approve"],
 }
+
+#: Seconds a call waits for a human. The TypeScript SDK's client gives up on a request
+#: after 60 s unless it resets its timeout on progress; 45 s leaves the tool 15 s to run.
+DEFAULT_APPROVAL_TIMEOUT = 45.0
+#: Seconds between ``notifications/progress`` while a call waits for a human.
+DEFAULT_PROGRESS_INTERVAL = 5.0
+#: The protocol version that added ``mode`` to ``elicitation/create`` params.
+_ELICITATION_MODES_SINCE = "2025-11-25"
 
 ELICITATION_CHANNEL = "mcp-elicitation"
 _INPUT_KEY = "sandbox-approval"
@@ -130,17 +153,28 @@ class ElicitationProvider:
     name = ELICITATION_CHANNEL
 
     def __init__(self, session: ServerSession, *, related_request_id: Any = None,
-                 timeout: float | None = 120.0, on_timeout: OnTimeout = "deny") -> None:
+                 timeout: float | None = DEFAULT_APPROVAL_TIMEOUT,
+                 on_timeout: OnTimeout = "deny") -> None:
         self.session = session
         self.related_request_id = related_request_id
         self.timeout = timeout
         self.on_timeout: OnTimeout = on_timeout
 
     async def confirm(self, request: ConfirmationRequest) -> Decision:
-        result = await self.session.elicit_form(
-            message=approval_message(request), requested_schema=APPROVAL_FORM,
-            related_request_id=self.related_request_id,
-        )
+        message = approval_message(request)
+        if is_version_at_least(self.session.protocol_version, _ELICITATION_MODES_SINCE):
+            result = await self.session.elicit_form(
+                message=message, requested_schema=APPROVAL_FORM,
+                related_request_id=self.related_request_id,
+            )
+        else:
+            # Before 2025-11-25 elicitation/create had no `mode`; a strict client of that
+            # era rejects the unknown field, so it is left out (None is not serialised).
+            params = mtypes.ElicitRequestFormParams.model_construct(
+                message=message, requested_schema=APPROVAL_FORM, mode=None)
+            result = await self.session.send_request(
+                mtypes.ElicitRequest(params=params), mtypes.ElicitResult,
+                metadata=ServerMessageMetadata(related_request_id=self.related_request_id))
         return decision_from_elicitation(result.action, dict(result.content or {}))
 
 
@@ -166,6 +200,9 @@ class _NoApprovalChannel(SandboxError):
 _CHANNEL: contextvars.ContextVar[ConfirmationProvider] = contextvars.ContextVar(
     "sandbox_mcp_channel")
 _NO_CHANNEL = _NoChannel()
+#: While the current call waits for a human: called with (seconds waited, tool name).
+_WAITING: contextvars.ContextVar[Callable[[float, str], Awaitable[None]] | None] = (
+    contextvars.ContextVar("sandbox_mcp_waiting", default=None))
 
 
 class _PerCallProvider:
@@ -184,7 +221,31 @@ class _PerCallProvider:
         return _CHANNEL.get(_NO_CHANNEL).on_timeout
 
     async def confirm(self, request: ConfirmationRequest) -> Decision:
-        return await _CHANNEL.get(_NO_CHANNEL).confirm(request)
+        channel = _CHANNEL.get(_NO_CHANNEL)
+        report = _WAITING.get()
+        if report is None or channel is _NO_CHANNEL:
+            return await channel.confirm(request)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_tick, report, request.tool)
+            try:
+                decision = await channel.confirm(request)
+            finally:
+                tg.cancel_scope.cancel()
+        return decision
+
+
+async def _tick(report: Callable[[float, str], Awaitable[None]], tool: str) -> None:
+    started = time.monotonic()
+    while True:
+        try:
+            await report(time.monotonic() - started, tool)
+        except Exception:  # a lost progress notification must not end the wait
+            pass
+        await anyio.sleep(_INTERVAL.get())
+
+
+_INTERVAL: contextvars.ContextVar[float] = contextvars.ContextVar(
+    "sandbox_mcp_progress_interval", default=DEFAULT_PROGRESS_INTERVAL)
 
 
 class _StateSigner:
@@ -227,9 +288,10 @@ class GatedToolServer:
         *,
         provider: ConfirmationProvider | None = None,
         elicitation: bool = True,
-        approval_timeout: float = 120.0,
+        approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT,
         store: ApprovalStore | None = None,
         audit: AuditLog | None = None,
+        progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
     ) -> None:
         if not tools:
             raise ConfigurationError("an MCP server needs at least one tool to serve")
@@ -237,10 +299,15 @@ class GatedToolServer:
             raise ConfigurationError(
                 f"approval_timeout must be a positive number of seconds, got {approval_timeout!r}"
             )
+        if not progress_interval > 0:
+            raise ConfigurationError(
+                f"progress_interval must be a positive number of seconds, got "
+                f"{progress_interval!r}")
+        self.progress_interval = progress_interval
         self.provider = provider
         self.elicitation = elicitation
         self.approval_timeout = approval_timeout
-        self.store = store if store is not None else ApprovalStore()
+        self.store = store if store is not None else open_store()
         self.audit = audit if audit is not None else AuditLog()
         session = new_id("mcp")
         # One runner asks whichever channel the call has; the other leaves the request
@@ -256,8 +323,11 @@ class GatedToolServer:
 
     async def list_tools(self) -> list[mtypes.Tool]:
         return [
-            mtypes.Tool(name=tool.name, description=tool.description or None,
-                        input_schema=tool.parameters_schema())
+            mtypes.Tool(name=tool.name, title=tool_title(tool),
+                        description=tool.description or None,
+                        input_schema=tool.parameters_schema(),
+                        output_schema=output_schema(tool),
+                        annotations=tool_annotations(tool))
             for tool in self.runner.tools.values()
         ]
 
@@ -267,12 +337,13 @@ class GatedToolServer:
         name, args = params.name, dict(params.arguments or {})
         if name not in self.runner.tools:
             known = ", ".join(sorted(self.runner.tools))
-            return _tool_result({"status": "error",
-                                 "error": f"unknown tool {name!r}; this server has: {known}"})
+            # A protocol error, not a tool result (the spec's example for -32602).
+            raise MCPError(INVALID_PARAMS, f"Unknown tool: {name!r}; this server has: {known}")
         if params.request_state is not None:
             result = await self._retry(name, args, params)
         else:
-            result = await self._first(session, request_id, name, args)
+            result = await self._first(session, request_id, name, args,
+                                       _progress_token(params) is not None)
         if isinstance(result, mtypes.InputRequiredResult):
             return result
         return _tool_result(result)
@@ -280,7 +351,8 @@ class GatedToolServer:
     # -- the two eras --------------------------------------------------------------------
 
     async def _first(self, session: ServerSession, request_id: Any, name: str,
-                     args: dict[str, Any]) -> dict[str, Any] | mtypes.InputRequiredResult:
+                     args: dict[str, Any], progress: bool = False,
+                     ) -> dict[str, Any] | mtypes.InputRequiredResult:
         mode = self._channel_for(session)
         if mode == "input_required":
             result = await self.parking.call(name, args)
@@ -291,11 +363,25 @@ class GatedToolServer:
                                           timeout=self.approval_timeout)
         else:
             channel = self.provider if self.provider is not None else _NO_CHANNEL
-        token = _CHANNEL.set(channel)
+        timeout = channel.timeout
+
+        async def report(waited: float, tool: str) -> None:
+            left = f", {max(0.0, timeout - waited):.0f} s left" if timeout else ""
+            await session.report_progress(
+                waited, timeout, f"waiting for a human to approve {tool}{left}")
+
+        call_id = new_id("call")
+        tokens = (_CHANNEL.set(channel), _WAITING.set(report if progress else None),
+                  _INTERVAL.set(self.progress_interval))
         try:
-            result = await self.runner.call(name, args)
+            result = await self.runner.call(name, args, call_id=call_id)
+        except anyio.get_cancelled_exc_class():
+            self._record_cancelled(call_id, name)  # synchronous: nothing to cancel it
+            raise
         finally:
-            _CHANNEL.reset(token)
+            _INTERVAL.reset(tokens[2])
+            _WAITING.reset(tokens[1])
+            _CHANNEL.reset(tokens[0])
         if channel is _NO_CHANNEL and "_NoApprovalChannel" in str(result.get("error", "")):
             result = {**result, "status": "refused", "error": (
                 "This call needs human approval, but this MCP client does not support "
@@ -303,6 +389,23 @@ class GatedToolServer:
                 "--approvals queue, then answer on the web page or with `sandbox "
                 "approvals`). The tool was not run.")}
         return result
+
+    def _record_cancelled(self, call_id: str, tool: str) -> None:
+        """The client cancelled the call or went away: a waiting request is cancelled."""
+        reason = ("the MCP client cancelled the call or disconnected before an answer; "
+                  "the tool was not run")
+        for request in self.store.pending():
+            if request.call_id != call_id:
+                continue
+            try:
+                self.store.decide(request.id, status="cancelled", outcome="cancel",
+                                  reason=reason, channel="mcp")
+            except SandboxError:
+                continue  # answered in the meantime: that answer stands
+            except Exception:  # the cancellation itself must go on
+                continue  # the request then expires as timed out: still never run
+            self.audit.emit("tool.cancelled", tool=tool, call_id=call_id,
+                            confirmation_id=request.id, reason=reason)
 
     async def _retry(
         self, name: str, args: dict[str, Any], params: mtypes.CallToolRequestParams
@@ -349,6 +452,13 @@ class GatedToolServer:
         return "elicit" if session.can_send_request else "provider"
 
 
+def _progress_token(params: mtypes.CallToolRequestParams) -> Any:
+    meta: Any = params.meta  # a TypedDict: the wire's _meta
+    if not isinstance(meta, dict):
+        return None
+    return meta.get("progress_token", meta.get("progressToken"))
+
+
 def _can_elicit_form(capabilities: mtypes.ClientCapabilities | None) -> bool:
     elicitation = capabilities.elicitation if capabilities is not None else None
     if elicitation is None:
@@ -357,13 +467,146 @@ def _can_elicit_form(capabilities: mtypes.ClientCapabilities | None) -> bool:
     return elicitation.form is not None or elicitation.url is None
 
 
-def _tool_result(result: dict[str, Any]) -> mtypes.CallToolResult:
-    text = json.dumps(result, ensure_ascii=False, default=repr)
+def _tool_result(result: Any) -> mtypes.CallToolResult:
+    # structuredContent must be an object (it is checked against the outputSchema).
+    structured = result if isinstance(result, dict) else {"result": result}
+    text = json.dumps(structured, ensure_ascii=False, default=repr)
     return mtypes.CallToolResult(
         content=[mtypes.TextContent(text=text)],
         structured_content=json.loads(text),
-        is_error=bool(result.get("error")),
+        is_error=bool(structured.get("error")),
     )
+
+
+# -- tool metadata -----------------------------------------------------------------------
+
+#: Programs that write nothing with any option a probe below does not catch: a bash
+#: policy allowing only these (and refusing ``>``) is read-only.
+READ_ONLY_PROGRAMS = frozenset({
+    "ls", "pwd", "cat", "head", "tail", "wc", "grep", "egrep", "fgrep", "rg", "find",
+    "file", "stat", "du", "df", "tree", "sort", "uniq", "cut", "tr", "diff", "cmp",
+    "basename", "dirname", "realpath", "readlink", "echo", "printf", "true", "false",
+    "date", "uname", "whoami", "id", "hostname", "which", "nl", "od", "xxd", "hexdump",
+    "md5sum", "sha1sum", "sha256sum", "column", "comm", "fold", "rev", "seq", "test",
+    "git status", "git log", "git diff", "git show", "git blame", "git grep", "git ls-files",
+    "git ls-tree", "git rev-parse", "git rev-list", "git describe", "git shortlog",
+    "git cat-file", "git branch --list", "git branch --show-current", "git tag --list",
+    "git remote -v", "git config --get", "git config --list", "git reflog show",
+    "git stash list", "git merge-base", "git name-rev", "git for-each-ref",
+    "git count-objects",
+})
+#: Commands that write through an option of a program above; each one must be refused.
+_WRITE_PROBES = (
+    "sort -o f x", "sort -uo f x", "sort --output=f x",
+    "tree -o f .",
+    "find . -fprint f", "find . -fprintf f x", "find . -fls f", "find . -delete",
+    "uniq x f", "git log --output=f", "git diff --output=f", "git show --output=f",
+)
+
+
+_WRITE_REDIRECTIONS = (">", ">>", ">|", "&>", "&>>", "2>", "<>")
+
+
+def bash_policy_is_read_only(policy: Any) -> bool:
+    """True when ``policy`` lets through only read-only programs and no write.
+
+    Decided from the policy itself: either the OS must enforce it (``filesystem =
+    "read-only"``, no ``writable_paths``, ``network = "none"``, ``confinement =
+    "required"``), or every allowed prefix must name a program in `READ_ONLY_PROGRAMS`
+    and every probe in ``_WRITE_PROBES`` (and every write redirection) be refused.
+    """
+    if (getattr(policy, "filesystem", None) == "read-only"
+            and not getattr(policy, "writable_paths", ())
+            and getattr(policy, "network", None) == "none"
+            and getattr(policy, "confinement", None) == "required"):
+        # The OS enforces it: a command that cannot get read-only Landlock and no
+        # network is refused, so whatever program runs, it writes nothing outside.
+        return True
+    prefixes = tuple(getattr(policy, "allowed_command_prefixes", ("*",)))
+    if not prefixes or "*" in prefixes:
+        return False
+    probes = list(_WRITE_PROBES)
+    for prefix in prefixes:
+        words = prefix.split()
+        if not any(" ".join(words[:n]) in READ_ONLY_PROGRAMS for n in (1, 2, 3)):
+            return False
+        # A redirection writes a file whatever the program.
+        probes += [f"{prefix} {op} f" for op in _WRITE_REDIRECTIONS]
+    return not any(policy.check(probe).allowed for probe in probes)
+
+
+def tool_annotations(tool: BaseTool) -> mtypes.ToolAnnotations:
+    """What a host may assume about ``tool`` (MCP hints), derived, never guessed.
+
+    A tool may declare its own (``tool.mcp_annotations = {"readOnlyHint": True, ...}``).
+    ``execute_bash`` is read-only, idempotent and closed-world exactly when its policy
+    is read-only (`bash_policy_is_read_only`); anything else gets the spec's cautious
+    defaults, stated explicitly: may write, may destroy, not idempotent, open world.
+    """
+    declared = getattr(tool, "mcp_annotations", None)
+    if isinstance(declared, mtypes.ToolAnnotations):
+        return declared
+    if isinstance(declared, dict):
+        return mtypes.ToolAnnotations.model_validate(declared)
+    policy = getattr(tool, "policy", None)
+    read_only = policy is not None and hasattr(policy, "check") and \
+        bash_policy_is_read_only(policy)
+    return mtypes.ToolAnnotations(
+        title=tool_title(tool), read_only_hint=read_only, destructive_hint=not read_only,
+        idempotent_hint=read_only, open_world_hint=not read_only)
+
+
+def tool_title(tool: BaseTool) -> str:
+    """A human-readable name: ``tool.title`` if set, else from the name."""
+    title = getattr(tool, "title", None)
+    if isinstance(title, str) and title.strip():
+        return title.strip()
+    if getattr(tool, "policy", None) is not None and tool.name == "execute_bash":
+        return "Run a bash command (sandboxed)"
+    return tool.name.replace("_", " ").replace("-", " ").strip().capitalize() or tool.name
+
+
+_GATE_PROPERTIES: dict[str, Any] = {
+    "status": {"description": "Set when the gate decided instead of the tool: blocked, "
+                              "denied, timed_out, refused, rejected, error, "
+                              "awaiting_confirmation."},
+    "error": {"description": "Why the call did not run, or failed; a denial carries the "
+                             "human's reason."},
+    "confirmation_id": {"description": "The stored approval request, while one waits."},
+}
+
+BASH_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "stdout": {"type": "string"},
+        "stderr": {"type": "string"},
+        "returncode": {"type": ["integer", "null"]},
+        "timed_out": {"type": "boolean"},
+        "truncated": {"type": "boolean"},
+        "duration_ms": {"type": ["number", "null"]},
+        **_GATE_PROPERTIES,
+    },
+    "additionalProperties": True,
+}
+
+TOOL_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "The tool's result object (a non-object result is under \"result\"), "
+                   "or the gate's answer when the tool did not run.",
+    "properties": {"result": {"description": "A result that is not an object."},
+                   **_GATE_PROPERTIES},
+    "additionalProperties": True,
+}
+
+
+def output_schema(tool: BaseTool) -> dict[str, Any]:
+    """The schema every ``structuredContent`` of ``tool`` matches, gate answers included."""
+    declared = getattr(tool, "mcp_output_schema", None)
+    if isinstance(declared, dict):
+        return declared
+    if getattr(tool, "policy", None) is not None and tool.name == "execute_bash":
+        return BASH_OUTPUT_SCHEMA
+    return TOOL_OUTPUT_SCHEMA
 
 
 def build_server(gate: GatedToolServer, *, name: str = "sandbox") -> Server[Any]:
@@ -390,3 +633,62 @@ async def serve_stdio(gate: GatedToolServer, *, name: str = "sandbox") -> None:
     server = build_server(gate, name=name)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+class BearerTokenAuth:
+    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer TOKEN``."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        if len(token) < 16:
+            raise ConfigurationError("the bearer token must be at least 16 characters")
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self._expected):
+                body = json.dumps({"error": "missing or wrong bearer token: send the header "
+                                            "Authorization: Bearer <token printed by "
+                                            "sandbox mcp --http>"}).encode()
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"www-authenticate", b'Bearer realm="sandbox"'),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+async def serve_http(gate: GatedToolServer, *, host: str, port: int, token: str,
+                     name: str = "sandbox",
+                     ready: Callable[[str], None] | None = None) -> None:
+    """Serve ``gate``'s tools over Streamable HTTP at ``http://host:port/mcp``.
+
+    Every request needs ``Authorization: Bearer token``. ``ready`` is called with the
+    endpoint's URL once the socket listens (port 0 picks a free port).
+    """
+    import socket
+
+    import uvicorn
+
+    server = build_server(gate, name=name)
+    app = BearerTokenAuth(server.streamable_http_app(host=host), token)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(128)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    if ready is not None:
+        ready(f"http://{shown}:{bound}/mcp")
+    try:
+        await uvicorn.Server(config).serve(sockets=[sock])
+    finally:
+        sock.close()

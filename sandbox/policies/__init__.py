@@ -19,8 +19,9 @@ DIRECTORY = Path(__file__).resolve().parent
 
 
 def names() -> tuple[str, ...]:
-    """The names of the shipped policies, sorted."""
-    return tuple(sorted(p.stem for p in DIRECTORY.glob("*.toml")))
+    """The names of the shipped policies, sorted (specs.toml holds program specs, not
+    a policy)."""
+    return tuple(sorted(p.stem for p in DIRECTORY.glob("*.toml") if p.stem != "specs"))
 
 
 def resolve(reference: str | os.PathLike[str]) -> Path:

@@ -8,6 +8,12 @@ from typing import Any
 from .context import ToolContext
 
 
+def confirmation_hint_text(name: str) -> str:
+    """ADK's hint for a tool whose ``require_confirmation`` asks (its exact words)."""
+    return (f"Please approve or reject the tool call {name}() by responding with a "
+            "FunctionResponse with an expected ToolConfirmation payload.")
+
+
 class ToolArgumentError(ValueError):
     """Arguments a model sent do not fit the tool's declaration.
 
@@ -29,7 +35,10 @@ class BaseTool(ABC):
       `ToolArgumentError`; the runner never calls `run_async` with arguments that failed.
     - `precheck(args)` returns an error dict when the call must be refused outright
       (a blocked bash command): such a call never reaches a human.
+    - `check_require_confirmation(args, tool_context)`, ADK's public hook: whether a
+      human must approve this call (called with the raw arguments, as ADK calls it).
     - `confirmation_needed(args)` returns a hint when a human must approve first.
+    - `render_args(args)` shows the arguments to a human (an approval card, a prompt).
     - `describe(args)` returns extra facts a human should see when asked to approve.
     - `rule_subjects(args)` returns the parsed commands a remembered approval must cover.
     """
@@ -82,8 +91,36 @@ class BaseTool(ABC):
         """
         return None
 
+    async def check_require_confirmation(
+        self, args: dict[str, Any], tool_context: ToolContext
+    ) -> bool:
+        """Whether this call needs a human's confirmation (ADK's hook; default: no).
+
+        Override it in a subclass; the gate calls it with the call's arguments and
+        context before the tool runs.
+        """
+        return False
+
+    async def confirmation_hint(
+        self, args: dict[str, Any], tool_context: ToolContext
+    ) -> str | None:
+        """The gate's question: the hint to show when a human must confirm, else None.
+
+        The tool's own `confirmation_needed` hint first, then ADK's
+        `check_require_confirmation` with ADK's hint text.
+        """
+        hint = await self.confirmation_needed(args)
+        if hint is None and await self.check_require_confirmation(args, tool_context):
+            hint = confirmation_hint_text(self.name)
+        return hint
+
     def describe(self, args: dict[str, Any]) -> dict[str, Any]:
         return {}
+
+    def render_args(self, args: dict[str, Any]) -> str | None:
+        """The arguments as a human should read them when asked to approve, or None for
+        the default (the arguments as JSON). A command-running tool shows the command."""
+        return None
 
     def rule_subjects(self, args: dict[str, Any]) -> tuple[tuple[str, ...], ...] | None:
         """The parsed commands a remembered rule must cover for this call, or None.

@@ -6,6 +6,7 @@ user recognises them; nothing here depends on ADK.
 
 from __future__ import annotations
 
+import contextvars
 import json
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
@@ -117,8 +118,12 @@ class ToolContext:
         state: MutableMapping[str, Any] | None = None,
         actions: EventActions | None = None,
         session_id: str | None = None,
+        gated: bool = False,
     ) -> None:
         self.function_call_id = function_call_id
+        #: True when a `ToolRunner` has already run this call's gate (precheck,
+        #: ``check_require_confirmation``, the human's answer): the tool must not ask again.
+        self.gated = gated
         self.tool_confirmation = tool_confirmation
         self.actions = actions if actions is not None else EventActions()
         self.state: dict[str, Any] = _State(state, self.actions.state_delta)
@@ -132,9 +137,10 @@ class ToolContext:
         and calls the tool again with `tool_confirmation` set.
         """
         if not self.function_call_id:
+            # ADK's own words (google.adk ToolContext.request_confirmation).
             raise ValueError(
-                "request_confirmation needs a function_call_id: call the tool through "
-                "ToolRunner, or build ToolContext(function_call_id=...)"
+                "request_confirmation requires function_call_id. "
+                "This method can only be used in a tool context."
             )
         self.actions.requested_tool_confirmations[self.function_call_id] = ToolConfirmation(
             hint=hint or "", payload=payload
@@ -145,3 +151,19 @@ class ToolContext:
             f"ToolContext(function_call_id={self.function_call_id!r}, "
             f"tool_confirmation={self.tool_confirmation!r})"
         )
+
+
+@dataclass
+class OuterCall:
+    """The agent loop a gated call runs inside (an ADK session): the session state the
+    tool reads, and the actions it produces (state writes, ``skip_summarization``,
+    ``transfer_to_agent``, ``escalate``), handed back to that loop when the call ends."""
+
+    state: MutableMapping[str, Any] = field(default_factory=dict)
+    actions: EventActions = field(default_factory=EventActions)
+
+
+#: Set by an integration (`to_adk_tool`) around ``ToolRunner.call``/``resume``: the
+#: `ToolContext` a tool runs with reads and writes through it.
+OUTER_CALL: contextvars.ContextVar[OuterCall | None] = contextvars.ContextVar(
+    "sandbox_outer_call", default=None)

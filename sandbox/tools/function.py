@@ -11,7 +11,7 @@ from typing import Any
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from .base import BaseTool, ToolArgumentError
+from .base import BaseTool, ToolArgumentError, confirmation_hint_text
 from .context import ToolContext
 from .docstring import parse_docstring
 
@@ -62,9 +62,15 @@ class FunctionTool(BaseTool):
                 "require_confirmation must be True, False or a callable predicate over the "
                 f"tool's arguments, got {type(require_confirmation).__name__}"
             )
-        doc = parse_docstring(inspect.getdoc(func))
+        if _is_generator_callable(func):
+            raise TypeError(
+                f"{callable_name(func)} is a generator function: FunctionTool runs a function "
+                "once and returns its result, and the gate approves that one result. Return "
+                "a list (or a dict) of the items instead of yielding them"
+            )
+        doc = parse_docstring(callable_doc(func))
         super().__init__(
-            name=name or str(getattr(func, "__name__", type(func).__name__)),
+            name=name or callable_name(func),
             description=description if description is not None else doc.description,
             is_long_running=is_long_running,
             custom_metadata=custom_metadata,
@@ -83,6 +89,10 @@ class FunctionTool(BaseTool):
             and not isinstance(require_confirmation, bool)
             and _is_async_callable(require_confirmation)
         )
+        self._predicate_context = (
+            None if isinstance(require_confirmation, bool)
+            else _context_parameter(require_confirmation)
+        )
 
     # -- declaration -----------------------------------------------------------------
 
@@ -92,23 +102,49 @@ class FunctionTool(BaseTool):
     # -- the gate's hooks ------------------------------------------------------------
 
     def validate_args(self, args: dict[str, Any]) -> dict[str, Any]:
-        kwargs = self._convert(args)
-        checked = _CheckedArgs(args)
+        """The arguments as the function will get them, defaults filled and types
+        converted, in JSON form: what the gate digests, stores, shows a human and runs."""
+        model = self._validated(args)
+        kwargs = self._kwargs(model)
+        checked = _CheckedArgs(self._normalised(args, model))
         checked.kwargs = kwargs
         checked.tool = self
         return checked
 
+    async def check_require_confirmation(
+        self, args: dict[str, Any], tool_context: ToolContext
+    ) -> bool:
+        """Evaluate ``require_confirmation`` for these (raw) arguments, as ADK does.
+
+        A predicate gets the validated arguments (defaults filled, types converted) and,
+        if it declares a ``tool_context`` parameter, the call's context.
+        """
+        rc = self.require_confirmation
+        if isinstance(rc, bool):
+            return rc
+        kwargs = args.kwargs if type(args) is _CheckedArgs and args.tool is self else (
+            self._convert(args))
+        return await self._needs_confirmation(kwargs, tool_context)
+
+    async def confirmation_hint(
+        self, args: dict[str, Any], tool_context: ToolContext
+    ) -> str | None:
+        if await self.check_require_confirmation(args, tool_context):
+            return confirmation_hint_text(self.name)
+        return None
+
     async def confirmation_needed(self, args: dict[str, Any]) -> str | None:
         """Evaluate ``require_confirmation`` for these arguments; return the hint if needed."""
-        rc = self.require_confirmation
-        if rc if isinstance(rc, bool) else await self._needs_confirmation(self._convert(args)):
-            return f"Please approve or reject the tool call {self.name}()."
-        return None
+        return await self.confirmation_hint(args, ToolContext())
 
     # -- running ---------------------------------------------------------------------
 
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
-        gate_checked = getattr(tool_context, "_gate_checked", False)
+        """Run the function and return what it returned (a dict or not), as ADK does.
+
+        An awaitable result (an ``async def`` behind a plain decorator) is awaited.
+        """
+        gate_checked = getattr(tool_context, "gated", False)  # an ADK ToolContext has none
         if gate_checked and type(args) is _CheckedArgs and args.tool is self:
             # Converted by validate_args for the runner, which has not changed them since.
             kwargs = dict(args.kwargs)
@@ -121,10 +157,9 @@ class FunctionTool(BaseTool):
         # The runner has already evaluated the gate for this exact call; re-evaluating a
         # predicate here would run user code twice per call.
         if not gate_checked:
-            if confirmation is None and await self._needs_confirmation(kwargs):
-                tool_context.request_confirmation(
-                    hint=f"Please approve or reject the tool call {self.name}()."
-                )
+            if confirmation is None and await self.check_require_confirmation(
+                    args, tool_context):
+                tool_context.request_confirmation(hint=confirmation_hint_text(self.name))
                 tool_context.actions.skip_summarization = True
                 return {"error": "This tool call requires confirmation, please approve or reject."}
         if confirmation is not None and not confirmation.confirmed:
@@ -137,15 +172,20 @@ class FunctionTool(BaseTool):
             result = await anyio.to_thread.run_sync(functools.partial(self.func, **kwargs))
         else:
             result = self.func(**kwargs)
-        return result if isinstance(result, dict) else {"result": result}
+        if inspect.isawaitable(result):
+            result = await result
+        return result
 
     # -- internals -------------------------------------------------------------------
 
-    async def _needs_confirmation(self, kwargs: dict[str, Any]) -> bool:
+    async def _needs_confirmation(self, kwargs: dict[str, Any],
+                                  tool_context: ToolContext) -> bool:
         rc = self.require_confirmation
         if isinstance(rc, bool):
             return rc
         pred_kwargs = {k: v for k, v in kwargs.items() if k != self._context_param}
+        if self._predicate_context is not None:
+            pred_kwargs[self._predicate_context] = tool_context
         verdict: Any = rc(**pred_kwargs)
         if self._predicate_is_async or inspect.isawaitable(verdict):
             verdict = await verdict
@@ -156,7 +196,25 @@ class FunctionTool(BaseTool):
             )
         return verdict
 
+    def _normalised(self, args: dict[str, Any], model: BaseModel) -> dict[str, Any]:
+        fields = self._field_names
+        if len(args) == len(fields) and all(
+                type(value := getattr(model, name, _MISSING)) is type(args.get(name, _MISSING))
+                and value == args[name] for name in fields):
+            # Every argument sent, none converted (the common case): they are the
+            # normalised form already. Not JSON values are refused by the gate, by name.
+            return dict(args)
+        if not _is_json_value(args):
+            return dict(args)  # as sent: the gate refuses what is not JSON, by name
+        try:
+            return dict(model.model_dump(mode="json"))
+        except Exception:  # a converted value with no JSON form: the caller's own
+            return dict(args)
+
     def _convert(self, args: dict[str, Any]) -> dict[str, Any]:
+        return self._kwargs(self._validated(args))
+
+    def _validated(self, args: dict[str, Any]) -> BaseModel:
         if not isinstance(args, dict):
             raise ToolArgumentError(
                 f"arguments to {self.name} must be a JSON object, got {type(args).__name__}"
@@ -167,13 +225,86 @@ class FunctionTool(BaseTool):
                 "and cannot be passed by the caller"
             )
         try:
-            model = self._model.model_validate(args)
+            return self._model.model_validate(args)
         except ValidationError as exc:
             raise ToolArgumentError(_describe_validation_error(self.name, exc)) from None
+
+    def _kwargs(self, model: BaseModel) -> dict[str, Any]:
         kwargs = {name: getattr(model, name) for name in self._field_names}
         if self._accepts_any and model.model_extra:
             kwargs.update(model.model_extra)
         return kwargs
+
+
+_MISSING = object()
+_DEFAULT_PARTIAL_DOC = inspect.getdoc(functools.partial)
+_DEFAULT_CALL_DOC = inspect.getdoc(type.__call__)
+
+
+def callable_name(func: Any) -> str:
+    """The name a callable is declared under, as ADK names it: a partial takes its
+    wrapped function's name (two partials of different functions do not collide), a
+    callable object its class name."""
+    if isinstance(func, functools.partial) and not hasattr(func, "__name__"):
+        return callable_name(func.func)
+    return str(getattr(func, "__name__", None) or type(func).__name__)
+
+
+def callable_doc(func: Any) -> str:
+    """The docstring a callable is described by, as ADK reads it: a partial without a
+    docstring of its own has its wrapped function's, a callable object without one has
+    its ``__call__``'s."""
+    doc = inspect.getdoc(func) or "" if not isinstance(func, type) else (
+        inspect.cleandoc(func.__doc__) if isinstance(func.__doc__, str) else "")
+    if isinstance(func, functools.partial) and doc == _DEFAULT_PARTIAL_DOC:
+        return callable_doc(func.func)
+    if not doc and not inspect.isroutine(func) and not isinstance(func, type):
+        call = getattr(func, "__call__", None)  # noqa: B004 - a callable object
+        call_doc = inspect.getdoc(call) if call is not None else None
+        if call_doc and call_doc != _DEFAULT_CALL_DOC:
+            doc = call_doc
+    return "" if doc == _DEFAULT_CALL_DOC else doc
+
+
+def _is_json_value(value: Any) -> bool:
+    """Whether ``value`` is made of JSON types only (what a model can send)."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return True
+    if isinstance(value, list):
+        return all(_is_json_value(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_json_value(v) for k, v in value.items())
+    return False
+
+
+def _unwrapped(func: Any) -> Any:
+    while isinstance(func, functools.partial):
+        func = func.func
+    return func
+
+
+def _is_generator_callable(func: Any) -> bool:
+    func = _unwrapped(func)
+    call = getattr(func, "__call__", None)  # noqa: B004
+    return any(inspect.isgeneratorfunction(f) or inspect.isasyncgenfunction(f)
+               for f in (func, call) if f is not None)
+
+
+def _context_parameter(func: Any) -> str | None:
+    """The parameter of ``func`` that takes the `ToolContext`: named ``tool_context`` or
+    annotated `ToolContext`."""
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
+    try:
+        hints = typing.get_type_hints(_unwrapped(func))
+    except Exception:
+        hints = {}
+    for pname, param in signature.parameters.items():
+        if pname == "tool_context" or hints.get(pname, param.annotation) is ToolContext:
+            return pname
+    return None
 
 
 def _is_async_callable(func: Any) -> bool:

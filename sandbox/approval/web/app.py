@@ -18,6 +18,15 @@ Security, in the order a request meets it:
 
 Answers go through `ApprovalStore.submit_answer` (channel ``web``); the process that
 holds the tool applies them. Bodies are bounded; the store does the rest.
+
+Routes (every one behind the Host and token checks above; the event stream too):
+
+- ``GET /api/pending?limit=&after=&unanswered=1&session=``: a page of pending requests,
+  bounded in count and bytes (`listing.py`); ``next`` is the cursor for the page after.
+- ``GET /api/events``: server-sent events saying what changed (`events.py`).
+- ``GET /api/requests/{id}``: one request's card and where it stands;
+  ``GET /api/requests/{id}/args``: all of its arguments (cards show them cut).
+- ``POST /api/requests/{id}/answer``: approve (once, session, always), deny, edit.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import hmac
 import html
 import json
 import secrets
+import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,7 +45,13 @@ from typing import Any
 import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Route
 
 from ...errors import (
@@ -45,22 +61,27 @@ from ...errors import (
     RuleError,
     UnknownConfirmationError,
 )
-from ..display import (
-    escape_pieces,
-    escape_text,
-    json_pieces,
-    render_args,
-    rule_subjects_of,
-    shown,
-)
+from ..display import escape_text, rule_subjects_of
 from ..models import ConfirmationRequest, Decision, Remember, RulePattern
 from ..rules import check_patterns
 from ..store import ApprovalStore
 from .assets import APP_CSS, APP_JS, PAGE_HTML
+from .events import PendingWatch, answer_view
+from .listing import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    Cursor,
+    Presented,
+    cursor_of,
+    decode_cursor,
+    encode_cursor,
+    fit,
+    full_arguments,
+    pending_page,
+)
 
 COOKIE = "sandbox_approvals"
 MAX_BODY = 256 * 1024
-MAX_LIST = 1000
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -164,6 +185,9 @@ def create_app(store: ApprovalStore, *, token: str, identity: str = "web",
             return fn(*args, **kwargs)
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
 
+    watch = PendingWatch(store, db)
+    presented = Presented()
+
     # -- routes ------------------------------------------------------------------------
 
     async def index(request: Request) -> Response:
@@ -199,19 +223,81 @@ def create_app(store: ApprovalStore, *, token: str, identity: str = "web",
         return Response(status_code=204)
 
     async def pending(request: Request, caller: _Caller) -> Response:
+        """A page of pending requests, oldest first: ``limit`` (default 50, at most
+        200), ``after`` (the ``next`` of the previous page), ``unanswered=1``."""
+        params = request.query_params
         try:
-            limit = max(1, min(MAX_LIST, int(request.query_params.get("limit", "200"))))
+            limit = max(1, min(MAX_LIMIT, int(params.get("limit", str(DEFAULT_LIMIT)))))
         except ValueError:
-            raise _Refused(400, "limit must be a number") from None
-        unanswered_only = request.query_params.get("unanswered") in ("1", "true")
-        requests = await db(store.pending)
-        answered = {r.id for r in await db(store.answered_requests)}
-        if unanswered_only:
-            requests = [r for r in requests if r.id not in answered]
+            raise _Refused(400, f"limit must be a number from 1 to {MAX_LIMIT}") from None
+        try:
+            after = decode_cursor(params["after"]) if params.get("after") else None
+        except ValueError as exc:
+            raise _Refused(400, str(exc)) from None
+        unanswered_only = params.get("unanswered") in ("1", "true")
+        session_id = params.get("session") or None
+
+        def read() -> tuple[list[dict[str, Any]], bool, Cursor | None]:
+            cards: list[dict[str, Any]] = []
+            cursor = after
+            for _ in range(10):  # unanswered=1 skips answered ones: read on, a little
+                page = pending_page(store, limit=limit + 1, after=cursor,
+                                    session_id=session_id)
+                states = store.answer_states([r.id for r in page[:limit]]) if page else {}
+                for req in page[:limit]:
+                    if len(cards) == limit:
+                        return cards, True, cursor
+                    answer = states.get(req.id, ("pending", None))[1]
+                    cursor = cursor_of(req)
+                    if unanswered_only and answer is not None:
+                        continue
+                    cards.append({**presented.card(req), "cursor": encode_cursor(cursor),
+                                  "answer": None if answer is None
+                                  else answer_view(answer, None)})
+                if len(page) <= limit:
+                    return cards, False, cursor
+                if len(cards) == limit:
+                    return cards, True, cursor
+            return cards, True, cursor
+
+        cards, more, cursor = await db(read)
+        n = fit(cards)
+        if n < len(cards):
+            cards, more = cards[:n], True
+            cursor = decode_cursor(cards[-1]["cursor"])
         return JSONResponse({
-            "count": len(requests),
-            "requests": [_present(r, r.id in answered) for r in requests[:limit]],
+            "requests": cards,
+            "next": None if cursor is None else encode_cursor(cursor),
+            "more": more,
+            "limit": limit,
         })
+
+    async def one_request(request: Request, caller: _Caller) -> Response:
+        """One request: its card (within the display caps) and where it stands."""
+        req = await _known(request.path_params["request_id"])
+        states = await db(store.answer_states, [req.id])
+        status, answer = states.get(req.id, (req.status, None))
+        decided = None if status == "pending" else await watch.decision(req.id)
+        return JSONResponse({**presented.card(req), "status": status,
+                             "answer": None if answer is None else answer_view(answer, None),
+                             "decision": decided})
+
+    async def arguments(request: Request, caller: _Caller) -> Response:
+        """All of one request's arguments (a card shows them cut to the display cap)."""
+        req = await _known(request.path_params["request_id"])
+        return JSONResponse(full_arguments(req))
+
+    async def _known(request_id: str) -> ConfirmationRequest:
+        try:
+            req: ConfirmationRequest = await db(store.get_request, request_id)
+        except UnknownConfirmationError as exc:
+            raise _Refused(404, str(exc)) from None
+        return req
+
+    async def events(request: Request, caller: _Caller) -> Response:
+        """Server-sent events: what changed (see `events.py`)."""
+        return StreamingResponse(watch.stream(), media_type="text/event-stream",
+                                 headers={"X-Accel-Buffering": "no"})
 
     async def answer(request: Request, caller: _Caller) -> Response:
         fields = await _read_fields(request)
@@ -231,17 +317,23 @@ def create_app(store: ApprovalStore, *, token: str, identity: str = "web",
             raise _Refused(409, str(exc), status="already_answered") from None
         except (ConfigurationError, RuleError, ValueError) as exc:
             raise _Refused(400, str(exc)) from None
+        view = answer_view(decision.model_dump(mode="json", exclude_none=True), time.time())
         return JSONResponse({"ok": True, "id": request_id, "outcome": decision.outcome,
-                             "decided_by": caller.who})
+                             "decided_by": caller.who, "answer": view})
 
-    return Starlette(routes=[
+    app = Starlette(routes=[
         Route("/", index, methods=["GET"]),
         Route("/app.js", guarded(script), methods=["GET"]),
         Route("/app.css", guarded(style), methods=["GET"]),
         Route("/favicon.ico", guarded(no_icon), methods=["GET"]),
         Route("/api/pending", guarded(pending), methods=["GET"]),
+        Route("/api/events", guarded(events), methods=["GET"]),
+        Route("/api/requests/{request_id}", guarded(one_request), methods=["GET"]),
+        Route("/api/requests/{request_id}/args", guarded(arguments), methods=["GET"]),
         Route("/api/requests/{request_id}/answer", guarded(answer), methods=["POST"]),
     ])
+    app.state.watch = watch
+    return app
 
 
 def _secure(response: Response) -> Response:
@@ -319,29 +411,3 @@ def _remember(fields: dict[str, Any], req: ConfirmationRequest) -> Remember | No
     patterns = tuple(RulePattern.model_validate(p) for p in raw)
     check_patterns(patterns, subjects)  # refused here already, before the runner sees it
     return Remember(patterns=patterns)
-
-
-def _present(req: ConfirmationRequest, answered: bool) -> dict[str, Any]:
-    """A request as the page shows it: text escaped, plus raw values for the editors."""
-    view = shown(req)
-    command = req.args.get("command")
-    raw_text = command if isinstance(command, str) and set(req.args) == {"command"} else None
-    return {
-        "id": req.id,
-        "call_id": req.call_id,
-        "tool": view["tool"],
-        "kind": req.kind,
-        "hint": view["hint"],
-        "args_text": render_args(req.args),
-        "args_pieces": [[p.text, p.escaped] for p in (
-            escape_pieces(raw_text) if raw_text is not None else json_pieces(req.args))],
-        "is_command": isinstance(command, str),
-        "command": command if isinstance(command, str) else None,
-        "args": req.args,
-        "details": view["details"],
-        "control_characters": view["control_characters"],
-        "rule_subjects": rule_subjects_of(req),
-        "created_at": req.created_at.isoformat(),
-        "expires_at": req.expires_at.isoformat() if req.expires_at else None,
-        "answered": answered,
-    }

@@ -1,9 +1,14 @@
 """The approvals page: one HTML shell, one script, one stylesheet, served from the package.
 
 The script builds every element with ``createElement`` and ``textContent``: text that
-came from a model is never parsed as HTML. There is no inline script or style, so the
-Content-Security-Policy can forbid both. ``{csrf}`` and ``{identity}`` are filled in by
-the server (the identity HTML-escaped).
+came from a model is never parsed as HTML, and arrives already escaped by the server
+(control characters as ``\\r``, ``\\u202e``...). There is no inline script or style, so
+the Content-Security-Policy can forbid both. ``{csrf}`` and ``{identity}`` are filled in
+by the server (the identity HTML-escaped).
+
+The page lists a page of requests, then follows ``/api/events`` (server-sent events) and
+fetches only what changed: new requests after the last one it shows, the full
+arguments of one request when asked. It never re-reads the whole list on a timer.
 """
 
 PAGE_HTML = """<!doctype html>
@@ -18,13 +23,21 @@ PAGE_HTML = """<!doctype html>
 </head>
 <body>
 <header class="top">
-  <h1>Pending approvals</h1>
-  <p class="who">answering as <span id="identity">{identity}</span> ·
-     <span id="status">loading…</span></p>
+  <div class="bar">
+    <h1>Pending approvals</h1>
+    <span id="count" class="count"></span>
+    <span id="live" class="live">connecting…</span>
+  </div>
+  <p class="who">Answering as <span id="identity">{identity}</span></p>
 </header>
 <main>
-  <p id="empty" class="empty" hidden>Nothing is waiting for approval.</p>
+  <p id="empty" class="empty" hidden>Nothing is waiting for approval. New requests appear
+    here as soon as an agent asks.</p>
   <div id="requests"></div>
+  <div id="more" class="more" hidden>
+    <span id="more-text"></span>
+    <button type="button" id="more-button">Show more</button>
+  </div>
 </main>
 </body>
 </html>
@@ -35,9 +48,19 @@ APP_JS = r"""
 (function () {
   const csrf = document.querySelector('meta[name="csrf-token"]').getAttribute("content");
   const list = document.getElementById("requests");
-  const statusLine = document.getElementById("status");
+  const live = document.getElementById("live");
+  const countLine = document.getElementById("count");
   const empty = document.getElementById("empty");
-  const cards = new Map();
+  const moreBox = document.getElementById("more");
+  const moreText = document.getElementById("more-text");
+  const moreButton = document.getElementById("more-button");
+  const PAGE = 50;
+  const KEEP_RESOLVED = 30;
+  const cards = new Map();        // id -> {card, req, state}
+  const state = {tail: null, more: false, count: null, ready: false, loading: null,
+                 again: false, queued: [], connected: false};
+
+  // -- small helpers ---------------------------------------------------------------
 
   function el(tag, className, text) {
     const node = document.createElement(tag);
@@ -53,10 +76,21 @@ APP_JS = r"""
     return b;
   }
 
+  function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
+
   function pieces(container, parts) {
+    clear(container);
     for (const part of parts) {
-      container.appendChild(el("span", part[1] ? "ctl" : "", part[0]));
+      container.appendChild(el("span", part[1] === "cut" ? "cutmark" : part[1] ? "ctl" : "", part[0]));
     }
+  }
+
+  // A cut, escaped text from the server: {pieces, chars, truncated}.
+  function textBlock(tag, cls, t) {
+    const node = el(tag, cls);
+    for (const part of t.pieces) node.appendChild(el("span", part[1] ? "ctl" : "", part[0]));
+    if (t.truncated) node.appendChild(el("span", "cutmark", " … (" + number(t.chars) + " characters, cut)"));
+    return node;
   }
 
   function wordsText(words) {
@@ -65,13 +99,209 @@ APP_JS = r"""
     }).join(" ");
   }
 
-  async function send(card, req, body) {
+  function shorten(text, n) { return text.length > n ? text.slice(0, n - 1) + "…" : text; }
+
+  function number(n) { return Number(n).toLocaleString(); }
+
+  const relative = new Intl.RelativeTimeFormat(undefined, {numeric: "auto", style: "short"});
+
+  function relText(ms) {
+    const diff = (ms - Date.now()) / 1000;
+    const abs = Math.abs(diff);
+    if (abs < 45) return diff >= 0 ? "in a few seconds" : "just now";
+    if (abs < 3600) return relative.format(Math.round(diff / 60), "minute");
+    if (abs < 86400) return relative.format(Math.round(diff / 3600), "hour");
+    return relative.format(Math.round(diff / 86400), "day");
+  }
+
+  // Local time, and how far from now: "2:45:08 PM (in 15 min.)".
+  function whenText(ms) {
+    const d = new Date(ms);
+    const sameDay = new Date().toDateString() === d.toDateString();
+    return (sameDay ? d.toLocaleTimeString() : d.toLocaleString()) + " (" + relText(ms) + ")";
+  }
+
+  // A <time> whose text is refreshed by the clock below (no request is made for it).
+  function clockNode(ms, relOnly) {
+    const t = el("time", "clock" + (relOnly ? " rel" : ""));
+    t.dateTime = new Date(ms).toISOString();
+    t.dataset.ms = String(ms);
+    t.title = new Date(ms).toString();
+    t.textContent = relOnly ? relText(ms) : whenText(ms);
+    return t;
+  }
+
+  function tickClocks() {
+    document.querySelectorAll("time.clock").forEach(function (t) {
+      const ms = Number(t.dataset.ms);
+      t.textContent = t.classList.contains("rel") ? relText(ms) : whenText(ms);
+    });
+    document.querySelectorAll("article.request.waiting").forEach(function (card) {
+      const ms = Number(card.dataset.expires || 0);
+      if (ms && ms < Date.now()) card.classList.add("overdue");
+    });
+  }
+
+  function copyButton(text) {
+    const b = button("Copy", "copy", "copy small");
+    b.title = "Copy " + text;
+    b.addEventListener("click", function () {
+      const done = function () { b.textContent = "Copied"; setTimeout(function () { b.textContent = "Copy"; }, 1500); };
+      if (navigator.clipboard && window.isSecureContext) {
+        navigator.clipboard.writeText(text).then(done, function () { b.textContent = "Select it"; });
+      } else {
+        b.textContent = "Select it";
+      }
+    });
+    return b;
+  }
+
+  function idLine(text) {
+    const wrap = el("span", "idwrap");
+    const code = el("code", "idv", text);
+    code.title = text;
+    wrap.append(code, copyButton(text));
+    return wrap;
+  }
+
+  async function getJSON(url) {
+    const response = await fetch(url, {credentials: "same-origin"});
+    let data = {};
+    try { data = await response.json(); } catch (err) { data = {}; }
+    if (!response.ok) {
+      const e = new Error(data.error || ("HTTP " + response.status));
+      e.status = response.status;
+      throw e;
+    }
+    return data;
+  }
+
+  // -- what each answer means ------------------------------------------------------
+
+  const KINDS = {
+    static: "asks before every call",
+    predicate: "its check asked for approval",
+    tool: "the tool asked from inside",
+    edit: "an edited call, asked again",
+  };
+
+  function commandsPreview(req) {
+    const subjects = req.rule_subjects_shown || [];
+    const shown = subjects.slice(0, 3).map(function (a) { return shorten(wordsText(a), 60); });
+    let text = shown.join(" · ");
+    if (subjects.length > 3) text += " and " + (subjects.length - 3) + " more";
+    return text;
+  }
+
+  function sessionName(req) {
+    return req.session_id ? "session " + shorten(req.session_id, 40) : "this agent's session";
+  }
+
+  function meanings(req) {
+    const commandTool = req.rule_subjects_count !== null && req.rule_subjects_count !== undefined;
+    let session, always;
+    if (commandTool) {
+      const preview = req.rule_subjects_shown ? commandsPreview(req)
+        : req.rule_subjects_count + " parsed commands";
+      session = "Also runs, without asking, later calls in " + sessionName(req) +
+        " made only of these exact commands: " + preview + " (24 h at most).";
+      let example = "";
+      const first = (req.rule_subjects_shown || [])[0];
+      if (first && first.length > 1) example = " such as “" + shorten(wordsText(first.slice(0, 2)), 40) + " …”";
+      always = "A rule for every session, 30 days. You choose, per command: exactly it, " +
+        "or a prefix of its words" + example + ".";
+    } else {
+      session = "Also runs, without asking, later " + req.tool + " calls with exactly these " +
+        "arguments in " + sessionName(req) + " (24 h at most).";
+      always = "A rule for every session, 30 days. You choose: these exact arguments, or " +
+        "every call of " + req.tool + ".";
+    }
+    return {
+      once: "Runs this exact call, one time.",
+      session: session,
+      always: always + " Revocable: sandbox approvals rules.",
+      deny: "Nothing runs. The agent is told your reason.",
+      edit: req.is_command ? "Change the command; the policy checks it again before it runs."
+        : "Change the arguments; they are checked again before the tool runs.",
+    };
+  }
+
+  // -- how a request was answered --------------------------------------------------
+
+  function outcomeText(a) {
+    if (a.status === "timed_out") return "Expired before anyone answered";
+    if (a.status === "cancelled") return "Cancelled (the agent stopped waiting)";
+    if (a.status === "error") return "Failed";
+    if (a.status === "gone") return "No longer pending";
+    const outcome = a.outcome || (a.status === "approved" ? "approve" : a.status === "denied" ? "deny" : a.status === "edited" ? "edit" : a.status);
+    if (outcome === "approve") {
+      return a.scope === "session" ? "Approved for this session"
+        : a.scope === "always" ? "Always approved (rule saved)" : "Approved once";
+    }
+    if (outcome === "deny") return "Denied";
+    if (outcome === "edit") return "Edited";
+    return String(outcome || "Answered");
+  }
+
+  function showState(entry, answer, final, mine) {
+    const card = entry.card;
+    const box = card.querySelector(".status");
+    clear(box);
+    box.hidden = false;
+    const outcome = answer.outcome || answer.status;
+    card.classList.remove("waiting");
+    card.classList.add(final ? "resolved" : "answered");
+    card.classList.toggle("st-approve", outcome === "approve" || answer.status === "approved");
+    card.classList.toggle("st-deny", outcome === "deny" || answer.status === "denied");
+    card.classList.toggle("st-edit", outcome === "edit" || answer.status === "edited");
+    card.classList.toggle("st-expired", answer.status === "timed_out" || answer.status === "cancelled" || answer.status === "error");
+    const head = el("p", "status-head");
+    head.appendChild(el("strong", "", outcomeText(answer)));
+    const by = [];
+    if (mine || entry.mine) by.push("by you");
+    else if (answer.decided_by) by.push("by " + answer.decided_by);
+    if (answer.channel) by.push("via " + answer.channel);
+    if (by.length) head.appendChild(el("span", "by", " " + by.join(" ")));
+    if (answer.at) {
+      head.appendChild(document.createTextNode(" · "));
+      head.appendChild(clockNode(answer.at * 1000));
+    }
+    box.appendChild(head);
+    if (answer.reason && answer.status !== "timed_out") box.appendChild(el("p", "status-reason", "Reason: " + answer.reason));
+    if (!final) box.appendChild(el("p", "status-wait", "Waiting for the agent to apply it."));
+    card.querySelectorAll(".actions button, .panel button").forEach(function (b) { b.disabled = true; });
+    card.querySelector(".actions").hidden = true;
+    card.querySelector(".panel").hidden = true;
+    entry.state = final ? "resolved" : "answered";
+    if (final) {
+      const hide = button("Hide", "hide", "small");
+      hide.addEventListener("click", function () { card.remove(); cards.delete(entry.req.id); updateCounts(); });
+      box.appendChild(hide);
+      pruneResolved();
+    }
+    updateCounts();
+  }
+
+  function pruneResolved() {
+    const resolved = [];
+    for (const [id, entry] of cards) if (entry.state === "resolved") resolved.push(id);
+    while (resolved.length > KEEP_RESOLVED) {
+      const id = resolved.shift();
+      cards.get(id).card.remove();
+      cards.delete(id);
+    }
+  }
+
+  // -- answering -------------------------------------------------------------------
+
+  async function send(entry, body) {
+    const card = entry.card;
     const note = card.querySelector(".note");
     note.textContent = "sending…";
-    card.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
+    card.querySelectorAll("button").forEach(function (b) { if (b.dataset.action !== "copy") b.disabled = true; });
     let response, data = {};
     try {
-      response = await fetch("/api/requests/" + encodeURIComponent(req.id) + "/answer", {
+      response = await fetch("/api/requests/" + encodeURIComponent(entry.req.id) + "/answer", {
         method: "POST",
         credentials: "same-origin",
         headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf},
@@ -79,20 +309,19 @@ APP_JS = r"""
       });
       data = await response.json().catch(function () { return {}; });
     } catch (err) {
-      note.textContent = "could not reach the server: " + err;
+      note.textContent = "Could not reach the server: " + err;
       card.querySelectorAll("button").forEach(function (b) { b.disabled = false; });
       return;
     }
     if (response.ok) {
-      card.classList.add("answered");
       note.textContent = "Answered: " + body.outcome +
-        (body.scope && body.scope !== "once" ? " (" + body.scope + ")" : "") +
-        ". Waiting for the agent to apply it.";
+        (body.scope && body.scope !== "once" ? " (" + body.scope + ")" : "") + ".";
+      entry.mine = true;  // the first answer wins: this one is ours
+      if (entry.state !== "resolved") showState(entry, data.answer || {outcome: body.outcome, scope: body.scope}, false, true);
     } else if (data.status === "timed_out") {
-      card.classList.add("timed-out");
-      note.textContent = "Timed out: " + (data.error || "this request expired");
+      note.textContent = "Too late: " + (data.error || "this request expired");
+      showState(entry, {status: "timed_out"}, true, false);
     } else {
-      card.classList.add("refused");
       note.textContent = "Refused: " + (data.error || response.status);
       if (response.status === 400) {
         card.querySelectorAll("button").forEach(function (b) { b.disabled = false; });
@@ -100,72 +329,97 @@ APP_JS = r"""
     }
   }
 
+  // The whole request, when the card shows its arguments cut.
+  async function full(entry) {
+    if (entry.full) return entry.full;
+    entry.full = await getJSON("/api/requests/" + encodeURIComponent(entry.req.id) + "/args");
+    return entry.full;
+  }
+
+  async function withFull(entry, then) {
+    const req = entry.req;
+    const needs = req.args_truncated || (req.rule_subjects_count && !req.rule_subjects);
+    if (!needs) { then(req); return; }
+    const note = entry.card.querySelector(".note");
+    note.textContent = "loading the full arguments…";
+    try {
+      const f = await full(entry);
+      note.textContent = "";
+      then(Object.assign({}, req, {args: f.args, command: f.command, rule_subjects: f.rule_subjects,
+                                    rule_subjects_shown: f.rule_subjects_shown}));
+    } catch (err) {
+      note.textContent = "Could not load the full arguments: " + err.message;
+    }
+  }
+
   function panel(card) {
     const p = card.querySelector(".panel");
-    while (p.firstChild) p.removeChild(p.firstChild);
+    clear(p);
     p.hidden = false;
     return p;
   }
 
-  function showDeny(card, req) {
-    const p = panel(card);
-    const label = el("label", "", "Reason (the model sees it) ");
+  function showDeny(entry) {
+    const p = panel(entry.card);
+    const label = el("label", "field", "Reason (the agent sees it)");
     const input = el("input", "reason");
     input.type = "text";
     input.maxLength = 2000;
+    input.placeholder = "e.g. use the staging copy";
     label.appendChild(input);
     const go = button("Deny", "deny-confirm", "danger");
-    go.addEventListener("click", function () {
-      send(card, req, {outcome: "deny", reason: input.value});
-    });
-    p.append(label, go);
+    go.addEventListener("click", function () { send(entry, {outcome: "deny", reason: input.value}); });
+    input.addEventListener("keydown", function (ev) { if (ev.key === "Enter") go.click(); });
+    const row = el("div", "row");
+    const cancel = button("Cancel", "cancel", "small");
+    cancel.addEventListener("click", function () { p.hidden = true; });
+    row.append(go, cancel);
+    p.append(label, row);
     input.focus();
   }
 
-  function showEdit(card, req) {
-    const p = panel(card);
+  function showEdit(entry, req) {
+    const p = panel(entry.card);
     const area = el("textarea", "editor");
     area.rows = req.is_command ? 3 : 8;
     area.value = req.is_command ? req.command : JSON.stringify(req.args, null, 2);
     const go = button(req.is_command ? "Run the edited command" : "Run with these arguments",
-                      "edit-confirm");
+                      "edit-confirm", "primary");
     go.addEventListener("click", function () {
-      if (req.is_command) {
-        send(card, req, {outcome: "edit", command: area.value});
-        return;
-      }
+      if (req.is_command) { send(entry, {outcome: "edit", command: area.value}); return; }
       let args;
       try { args = JSON.parse(area.value); } catch (err) {
-        card.querySelector(".note").textContent = "not JSON: " + err.message;
+        entry.card.querySelector(".note").textContent = "Not JSON: " + err.message;
         return;
       }
-      send(card, req, {outcome: "edit", args: args});
+      send(entry, {outcome: "edit", args: args});
     });
     p.append(el("p", "help", req.is_command
-      ? "Edit the command line. It is checked again by the tool's policy before it runs."
+      ? "Edit the command line. The tool's policy checks it again before it runs, and asks again if it still needs approval."
       : "Edit the arguments (JSON). They are checked again before the tool runs."), area, go);
   }
 
-  function showRemember(card, req) {
-    const p = panel(card);
+  function showRemember(entry, req) {
+    const p = panel(entry.card);
     const scope = el("select", "scope");
-    [["always", "always (expires)"], ["session", "this session"]].forEach(function (o) {
+    [["always", "every session, 30 days"], ["session", "this session only"]].forEach(function (o) {
       const opt = el("option", "", o[1]);
       opt.value = o[0];
       scope.appendChild(opt);
     });
-    const scopeLabel = el("label", "", "Remember for ");
+    const scopeLabel = el("label", "field", "Remember for");
     scopeLabel.appendChild(scope);
     p.appendChild(scopeLabel);
     const selects = [];
     let toolWide = null;
     if (req.rule_subjects) {
-      p.appendChild(el("p", "help", "Each simple command of this call needs a rule. " +
-        "Keep the whole command, or only its first words:"));
-      req.rule_subjects.forEach(function (argv) {
+      p.appendChild(el("p", "help", "A call is approved only when every command in it is covered. " +
+        "For each command, keep it exact or keep only its first words:"));
+      req.rule_subjects.forEach(function (argv, i) {
+        const shownWords = (req.rule_subjects_shown || [])[i] || argv;
         const s = el("select", "prefix");
         for (let n = argv.length; n >= 1; n--) {
-          const text = wordsText(argv.slice(0, n)) +
+          const text = wordsText(shownWords.slice(0, n)) +
             (n === argv.length ? "   (exactly)" : "   … (and any further words)");
           const opt = el("option", "", text);
           opt.value = String(n);
@@ -181,9 +435,11 @@ APP_JS = r"""
         opt.value = o[0];
         toolWide.appendChild(opt);
       });
-      p.appendChild(toolWide);
+      const covers = el("label", "field", "Covering");
+      covers.appendChild(toolWide);
+      p.appendChild(covers);
     }
-    const go = button("Save the rule and approve", "remember-confirm");
+    const go = button("Save the rule and approve", "remember-confirm", "primary");
     go.addEventListener("click", function () {
       const body = {outcome: "approve", scope: scope.value};
       if (selects.length) {
@@ -194,151 +450,413 @@ APP_JS = r"""
       } else if (toolWide && toolWide.value === "1") {
         body.tool_wide = true;
       }
-      send(card, req, body);
+      send(entry, body);
     });
     p.appendChild(go);
   }
 
-  function buildCard(req) {
-    const card = el("article", "request");
-    card.dataset.id = req.id;
-    const head = el("header", "");
-    head.append(el("span", "tool", req.tool), el("code", "rid", req.id));
-    if (req.expires_at) head.appendChild(el("span", "expiry", "expires " + req.expires_at));
-    card.appendChild(head);
-    if (req.hint) card.appendChild(el("p", "hint", req.hint));
-    const argsBox = el("div", "args");
-    argsBox.appendChild(el("span", "label", req.is_command ? "command" : "arguments"));
+  // -- one card --------------------------------------------------------------------
+
+  function choice(label, action, cls, help, onClick) {
+    const box = el("div", "choice " + (cls || ""));
+    const b = button(label, action, cls);
+    const id = "h-" + Math.random().toString(36).slice(2);
+    const p = el("p", "choice-help", help);
+    p.id = id;
+    b.setAttribute("aria-describedby", id);
+    b.addEventListener("click", onClick);
+    box.append(b, p);
+    return box;
+  }
+
+  function argsSection(entry) {
+    const req = entry.req;
+    const box = el("section", "args");
+    box.appendChild(el("div", "label", req.is_command ? "Command" : "Arguments"));
     const pre = el("pre", req.is_command ? "command" : "json");
     pieces(pre, req.args_pieces);
-    argsBox.appendChild(pre);
-    card.appendChild(argsBox);
-    if (req.control_characters > 0) {
-      card.appendChild(el("p", "warn", "⚠ " + req.control_characters +
-        " control character(s), shown escaped and highlighted"));
+    box.appendChild(pre);
+    const foot = el("p", "digest");
+    const digest = el("code", "sha", "sha256 " + req.digest.slice(0, 12) + "…");
+    digest.title = req.digest;
+    if (req.args_truncated) {
+      foot.classList.add("cut");
+      foot.appendChild(el("span", "", "Cut to fit: " + number(req.args_chars) + " characters in all · "));
+      foot.appendChild(digest);
+      const all = button("Show all", "expand", "small");
+      all.addEventListener("click", async function () {
+        all.disabled = true;
+        all.textContent = "loading…";
+        try {
+          const f = await full(entry);
+          pieces(pre, f.args_pieces);
+          clear(foot);
+          foot.classList.remove("cut");
+          foot.append(el("span", "", "All " + number(f.args_chars) + " characters · "), digest);
+        } catch (err) {
+          all.disabled = false;
+          all.textContent = "Show all";
+          entry.card.querySelector(".note").textContent = "Could not load the arguments: " + err.message;
+        }
+      });
+      foot.appendChild(all);
+    } else {
+      foot.append(el("span", "", number(req.args_chars) + " characters · "), digest);
     }
-    if (req.rule_subjects && req.rule_subjects.length > 1) {
+    box.appendChild(foot);
+    return box;
+  }
+
+  function buildCard(req) {
+    const card = el("article", "request waiting");
+    card.dataset.id = req.id;
+    const entry = {card: card, req: req, state: "waiting", full: null};
+    if (req.expires_at) card.dataset.expires = String(Date.parse(req.expires_at));
+
+    const head = el("header", "card-head");
+    const title = el("div", "title");
+    title.append(el("h2", "tool", req.tool), el("span", "badge", KINDS[req.kind] || req.kind));
+    head.appendChild(title);
+    if (req.expires_at) {
+      const exp = el("span", "expiry");
+      exp.append(document.createTextNode("expires "), clockNode(Date.parse(req.expires_at), true));
+      head.appendChild(exp);
+    }
+    card.appendChild(head);
+
+    if (req.description && req.description.pieces.length) {
+      card.appendChild(textBlock("p", "description", req.description));
+    }
+    if (req.hint && req.hint.pieces.length) {
+      const why = el("p", "hint");
+      why.append(el("span", "why", "Why asked: "), textBlock("span", "", req.hint));
+      card.appendChild(why);
+    }
+
+    const meta = el("dl", "meta");
+    function row(label, node, cls) {
+      const dd = el("dd", cls || "");
+      dd.append(node);
+      meta.append(el("dt", cls || "", label), dd);
+    }
+    if (req.session_id) {
+      const who = el("span", "idrow");
+      who.append(el("span", "", "session"), idLine(req.session_id));
+      row("Asked by", who);
+    } else {
+      row("Asked by", el("span", "", "an agent with no session id"));
+    }
+    row("Call", idLine(req.call_id));
+    row("Request", idLine(req.id));
+    row("Asked", clockNode(Date.parse(req.created_at)));
+    if (req.expires_at) row("Expires", clockNode(Date.parse(req.expires_at)), "expires-row");
+    else row("Expires", el("span", "", "never: waits until answered"), "expires-row");
+    if (req.edited_from) row("Edited from", idLine(req.edited_from));
+    card.appendChild(meta);
+
+    card.appendChild(argsSection(entry));
+    if (req.control_characters > 0) {
+      card.appendChild(el("p", "warn", "⚠ " + (req.control_characters_at_least ? "at least " : "") +
+        req.control_characters + " control character(s) in the arguments, shown escaped and highlighted"));
+    }
+    if (req.rule_subjects_shown && req.rule_subjects_shown.length > 1) {
+      card.appendChild(el("div", "label", "Parsed commands (each must be approved)"));
       const parsed = el("ul", "parsed");
-      req.rule_subjects.forEach(function (argv) { parsed.appendChild(el("li", "", wordsText(argv))); });
-      const label = el("div", "label", "parsed commands");
-      card.append(label, parsed);
+      req.rule_subjects_shown.forEach(function (argv) { parsed.appendChild(el("li", "", wordsText(argv))); });
+      card.appendChild(parsed);
     }
     const details = Object.entries(req.details || {});
     if (details.length) {
       const dl = el("dl", "details");
       details.forEach(function (kv) {
-        dl.append(el("dt", "", kv[0]),
-                  el("dd", "", typeof kv[1] === "string" ? kv[1] : JSON.stringify(kv[1])));
+        dl.append(el("dt", "", kv[0]), textBlock("dd", "", kv[1]));
       });
       card.appendChild(dl);
     }
+
+    const m = meanings(req);
     const actions = el("div", "actions");
-    const approve = button("Approve once", "approve", "primary");
-    const session = button("Approve for this session", "session");
-    const remember = button("Always approve…", "remember");
-    const deny = button("Deny…", "deny", "danger");
-    const edit = button("Edit…", "edit");
-    approve.addEventListener("click", function () { send(card, req, {outcome: "approve"}); });
-    session.addEventListener("click", function () {
-      send(card, req, {outcome: "approve", scope: "session"});
-    });
-    remember.addEventListener("click", function () { showRemember(card, req); });
-    deny.addEventListener("click", function () { showDeny(card, req); });
-    edit.addEventListener("click", function () { showEdit(card, req); });
-    actions.append(approve, session, remember, deny, edit);
+    actions.append(
+      choice("Approve once", "approve", "primary", m.once, function () { send(entry, {outcome: "approve"}); }),
+      choice("Approve for this session", "session", "", m.session, function () {
+        send(entry, {outcome: "approve", scope: "session"});
+      }),
+      choice("Always approve…", "remember", "", m.always, function () { withFull(entry, function (r) { showRemember(entry, r); }); }),
+      choice("Deny…", "deny", "danger", m.deny, function () { showDeny(entry); }),
+      choice("Edit…", "edit", "quiet", req.editable ? m.edit : "Not offered: the arguments " +
+        "hold control characters, which an editor would show raw. Deny, and say why.",
+        function () { withFull(entry, function (r) { showEdit(entry, r); }); }));
+    if (!req.editable) actions.querySelector('button[data-action="edit"]').disabled = true;
     card.appendChild(actions);
     const p = el("div", "panel");
     p.hidden = true;
     card.appendChild(p);
-    card.appendChild(el("p", "note", req.answered ? "Answered; waiting for the agent to apply it." : ""));
-    if (req.answered) {
-      card.classList.add("answered");
-      card.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
-    }
+    const status = el("div", "status");
+    status.hidden = true;
+    status.setAttribute("role", "status");
+    card.appendChild(status);
+    card.appendChild(el("p", "note", ""));
+    cards.set(req.id, entry);
+    if (req.answer) showState(entry, req.answer, false, false);
     return card;
   }
 
-  async function refresh() {
-    let data;
-    try {
-      const response = await fetch("/api/pending", {credentials: "same-origin"});
-      if (!response.ok) {
-        statusLine.textContent = "server refused: " + response.status + " (reload with the token URL)";
-        return;
-      }
-      data = await response.json();
-    } catch (err) {
-      statusLine.textContent = "server unreachable; retrying";
-      return;
-    }
-    const seen = new Set();
-    for (const req of data.requests) {
-      seen.add(req.id);
-      if (!cards.has(req.id)) {
-        const card = buildCard(req);
-        cards.set(req.id, card);
-        list.appendChild(card);
-      }
-    }
-    for (const [id, card] of cards) {
-      if (!seen.has(id)) {
-        card.remove();
-        cards.delete(id);
-      }
-    }
-    empty.hidden = data.count > 0;
-    statusLine.textContent = data.count + " pending · updated " + new Date().toLocaleTimeString();
+  // -- following the server ----------------------------------------------------------
+
+  function updateCounts() {
+    let waiting = 0;
+    for (const entry of cards.values()) if (entry.state !== "resolved") waiting += 1;
+    const total = state.count === null ? waiting : state.count;
+    countLine.textContent = total === 1 ? "1 waiting" : total + " waiting";
+    empty.hidden = total > 0 || cards.size > 0;
+    const beyond = Math.max(0, total - waiting);
+    moreBox.hidden = !(state.more && beyond > 0);
+    moreText.textContent = beyond + " more waiting after these";
   }
 
-  refresh();
-  setInterval(refresh, 1000);
+  function addCards(data) {
+    for (const req of data.requests) {
+      if (cards.has(req.id)) continue;
+      list.appendChild(buildCard(req));
+    }
+    if (data.next) state.tail = data.next;
+    state.more = data.more;
+  }
+
+  // New requests are fetched only after the last one shown, and only when the page
+  // shows everything up to now ("Show more" fetches the next page by hand).
+  function loadAfterTail(force) {
+    if (state.loading) { state.again = true; return state.loading; }
+    if (state.more && !force) { updateCounts(); return Promise.resolve(); }
+    const url = "/api/pending?limit=" + PAGE + (state.tail ? "&after=" + encodeURIComponent(state.tail) : "");
+    state.loading = getJSON(url).then(function (data) {
+      addCards(data);
+      live.textContent = "live";
+    }, function (err) {
+      live.textContent = err.status === 401 ? "not signed in: open the URL with the token again" : "could not list: " + err.message;
+    }).then(function () {
+      state.loading = null;
+      updateCounts();
+      if (state.again) { state.again = false; return loadAfterTail(false); }
+    });
+    return state.loading;
+  }
+
+  function onAnswered(data) {
+    const entry = cards.get(data.id);
+    if (entry && entry.state === "waiting") showState(entry, data, false, false);
+    else if (entry && entry.state === "answered") showState(entry, data, false, false);
+  }
+
+  function onResolved(data) {
+    const entry = cards.get(data.id);
+    if (entry && entry.state !== "resolved") showState(entry, data, true, false);
+    // Keep a screenful waiting: fetch the next page when most shown ones are answered.
+    let waiting = 0;
+    for (const e of cards.values()) if (e.state === "waiting") waiting += 1;
+    if (state.more && waiting < PAGE / 2) loadAfterTail(true);
+  }
+
+  function handle(kind, data) {
+    if (!state.ready) { state.queued.push([kind, data]); return; }
+    if (kind === "pending") {
+      state.count = data.count;
+      if (data.added > 0) loadAfterTail(false).then(function () { fetchMissing(data.ids || []); });
+      else updateCounts();
+    } else if (kind === "answered") onAnswered(data);
+    else if (kind === "resolved") onResolved(data);
+  }
+
+  // A request parked by a slower process can sort before the last card shown, so paging
+  // after that card misses it: fetch any announced id still absent, one by one.
+  async function fetchMissing(ids) {
+    if (state.more) return;
+    for (const id of ids) {
+      if (cards.has(id)) continue;
+      try {
+        const r = await getJSON("/api/requests/" + encodeURIComponent(id));
+        if (r.status === "pending" && !cards.has(id)) list.appendChild(buildCard(r));
+      } catch (err) { /* gone already */ }
+    }
+    updateCounts();
+  }
+
+  // After a reconnect, events were missed: look again at what the page shows.
+  async function resync() {
+    const waiting = [];
+    for (const [id, entry] of cards) if (entry.state !== "resolved") waiting.push(id);
+    for (const id of waiting) {
+      try {
+        const r = await getJSON("/api/requests/" + encodeURIComponent(id));
+        if (r.status !== "pending") onResolved(Object.assign({id: id}, r.decision || {status: r.status}));
+        else if (r.answer) onAnswered(Object.assign({id: id}, r.answer));
+      } catch (err) { /* shown on the next event */ }
+    }
+    await loadAfterTail(false);
+  }
+
+  function connect() {
+    const source = new EventSource("/api/events");
+    source.addEventListener("hello", async function (ev) {
+      const data = JSON.parse(ev.data);
+      state.count = data.count;
+      live.textContent = "live";
+      live.classList.add("on");
+      if (!state.connected) {
+        state.connected = true;
+        await loadAfterTail(true);
+      } else {
+        state.ready = false;
+        await resync();
+      }
+      state.ready = true;
+      const queued = state.queued;
+      state.queued = [];
+      queued.forEach(function (q) { handle(q[0], q[1]); });
+      updateCounts();
+    });
+    ["pending", "answered", "resolved"].forEach(function (kind) {
+      source.addEventListener(kind, function (ev) { handle(kind, JSON.parse(ev.data)); });
+    });
+    source.addEventListener("error", function () {
+      live.classList.remove("on");
+      if (source.readyState === EventSource.CLOSED) {
+        live.textContent = "disconnected";
+        getJSON("/api/pending?limit=1").then(function () {
+          setTimeout(connect, 2000);
+        }, function (err) {
+          live.textContent = err.status === 401 ? "not signed in: open the URL with the token again"
+            : "server unreachable; retrying";
+          if (err.status !== 401) setTimeout(connect, 5000);
+        });
+      } else {
+        live.textContent = "reconnecting…";
+      }
+    });
+  }
+
+  moreButton.addEventListener("click", function () { loadAfterTail(true); });
+  setInterval(tickClocks, 15000);
+  connect();
 })();
 """
 
 APP_CSS = """
 :root { color-scheme: light; --ink: #1d2430; --muted: #5b6678; --line: #d8dde6;
-        --accent: #1f6feb; --danger: #c62828; --bg: #f6f8fb; }
+        --accent: #1f6feb; --danger: #c62828; --ok: #2e7d32; --warn: #8a5a00;
+        --bg: #f3f5f9; --card: #fff; }
 * { box-sizing: border-box; }
+html { -webkit-text-size-adjust: 100%; }
 body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif;
-       color: var(--ink); background: var(--bg); }
-header.top { padding: 18px 28px; background: #fff; border-bottom: 1px solid var(--line); }
-header.top h1 { margin: 0 0 4px; font-size: 20px; }
-.who { margin: 0; color: var(--muted); font-size: 13px; }
-main { padding: 20px 28px; max-width: 1000px; }
-.empty { color: var(--muted); }
-.request { background: #fff; border: 1px solid var(--line); border-radius: 8px;
-           padding: 14px 18px; margin: 0 0 16px; }
-.request header { display: flex; gap: 12px; align-items: baseline; margin-bottom: 6px; }
-.request .tool { font-weight: 700; font-size: 16px; }
-.request .rid, .request .expiry { color: var(--muted); font-size: 12px; }
+       color: var(--ink); background: var(--bg); overflow-wrap: anywhere; }
+header.top { padding: 14px 28px; background: #fff; border-bottom: 1px solid var(--line); }
+header.top > * { max-width: 1040px; margin-left: auto; margin-right: auto; }
+.bar { display: flex; flex-wrap: wrap; align-items: baseline; gap: 6px 14px; }
+header.top h1 { margin: 0; font-size: 20px; }
+.count { font-weight: 600; color: var(--accent); }
+.live { margin-left: auto; font-size: 13px; color: var(--muted); }
+.live.on::before { content: ""; display: inline-block; width: 8px; height: 8px;
+                   border-radius: 50%; background: var(--ok); margin-right: 6px; }
+.who { margin: 2px 0 0; color: var(--muted); font-size: 13px; }
+#identity { color: var(--ink); font-weight: 600; }
+main { padding: 20px 28px 40px; max-width: 1096px; margin: 0 auto; }
+.empty { color: var(--muted); background: #fff; border: 1px dashed var(--line);
+         border-radius: 8px; padding: 24px; text-align: center; }
+.request { background: var(--card); border: 1px solid var(--line); border-left: 4px solid var(--accent);
+           border-radius: 8px; padding: 14px 18px; margin: 0 0 16px; min-width: 0; }
+.card-head { display: flex; flex-wrap: wrap; gap: 4px 12px; align-items: baseline;
+             justify-content: space-between; }
+.title { display: flex; flex-wrap: wrap; gap: 4px 10px; align-items: baseline; min-width: 0; }
+.tool { margin: 0; font-size: 18px; font-family: ui-monospace, "DejaVu Sans Mono", monospace; }
+.badge { font-size: 12px; color: var(--muted); background: #eef1f6; border-radius: 10px;
+         padding: 1px 8px; }
+.expiry { font-size: 13px; color: var(--warn); font-weight: 600; }
+.overdue .expiry { color: var(--danger); }
+.description { margin: 6px 0 4px; color: var(--muted); font-size: 14px; }
 .hint { margin: 4px 0 8px; }
+.why { font-weight: 600; }
+.meta { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 2px 12px;
+        margin: 8px 0; font-size: 13px; }
+.meta dt { color: var(--muted); }
+.meta dd { margin: 0; min-width: 0; display: flex; align-items: baseline; gap: 6px; }
+.idwrap { display: inline-flex; align-items: baseline; gap: 6px; max-width: 100%; min-width: 0;
+          vertical-align: bottom; }
+.idwrap .copy { flex: none; }
+.idrow { display: flex; align-items: baseline; gap: 6px; min-width: 0; max-width: 100%; }
+.idrow > span:first-child { flex: none; }
+.idv { display: block; flex: 0 1 auto; min-width: 0; overflow: hidden;
+       text-overflow: ellipsis; white-space: nowrap; font-size: 12.5px;
+       font-family: ui-monospace, "DejaVu Sans Mono", monospace; }
 .label { display: block; color: var(--muted); font-size: 12px; text-transform: uppercase;
-         letter-spacing: .04em; }
-pre { margin: 4px 0 8px; padding: 10px 12px; background: #0f1720; color: #e6edf3;
-      border-radius: 6px; white-space: pre-wrap; word-break: break-all;
+         letter-spacing: .04em; margin-top: 6px; }
+pre { margin: 4px 0 2px; padding: 10px 12px; background: #0f1720; color: #e6edf3;
+      border-radius: 6px; white-space: pre-wrap; word-break: break-all; overflow-wrap: anywhere;
+      max-height: 420px; overflow-y: auto; overflow-x: hidden;
       font: 14px/1.4 ui-monospace, "DejaVu Sans Mono", monospace; }
+.cutmark { color: var(--warn); font-style: italic; }
 .ctl { background: #ffd33d; color: #000; border-radius: 3px; padding: 0 2px; }
-.warn { color: #8a5a00; background: #fff6d6; padding: 4px 8px; border-radius: 4px; }
-.details { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px;
+.digest { margin: 2px 0 8px; font-size: 12px; color: var(--muted); }
+.digest.cut { color: var(--warn); }
+.sha { font-size: 12px; }
+.warn { color: var(--warn); background: #fff6d6; padding: 4px 8px; border-radius: 4px; font-size: 14px; }
+.parsed { margin: 2px 0 8px; padding-left: 20px; font-family: ui-monospace, monospace; font-size: 13px; }
+.details { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 2px 12px;
            font-size: 13px; margin: 6px 0; }
 .details dt { color: var(--muted); }
-.details dd { margin: 0; font-family: ui-monospace, monospace; word-break: break-all; }
-.parsed { margin: 2px 0 8px; font-family: ui-monospace, monospace; font-size: 13px; }
-.actions { display: flex; flex-wrap: wrap; gap: 8px; margin-top: 10px; }
-button { font: inherit; padding: 6px 12px; border-radius: 6px; border: 1px solid var(--line);
-         background: #fff; cursor: pointer; }
-button.primary { background: var(--accent); border-color: var(--accent); color: #fff; }
-button.danger { color: var(--danger); border-color: var(--danger); }
+.details dd { margin: 0; min-width: 0; font-family: ui-monospace, monospace; word-break: break-all; }
+.actions { display: grid; grid-template-columns: repeat(4, minmax(0, 1fr)); gap: 10px;
+           margin-top: 12px; padding-top: 12px; border-top: 1px solid var(--line); }
+.actions[hidden] { display: none; }
+.choice { display: flex; flex-direction: column; gap: 4px; min-width: 0; }
+.choice > button { width: 100%; }
+.choice-help { margin: 0; font-size: 12px; color: var(--muted); line-height: 1.35; }
+.choice.quiet { grid-column: 1 / -1; flex-direction: row; align-items: baseline; gap: 10px; }
+.choice.quiet > button { width: auto; }
+button { font: inherit; padding: 7px 12px; border-radius: 6px; border: 1px solid #b9c1ce;
+         background: #fff; color: var(--ink); cursor: pointer; }
+button:hover:not(:disabled) { border-color: var(--accent); }
+button.primary { background: var(--accent); border-color: var(--accent); color: #fff; font-weight: 600; }
+button.danger { color: var(--danger); border-color: var(--danger); font-weight: 600; }
+button.small { padding: 1px 8px; font-size: 12px; }
 button:disabled { opacity: .5; cursor: default; }
 .panel[hidden] { display: none; }
-.panel { margin-top: 10px; padding: 10px; border-top: 1px dashed var(--line);
-         display: flex; flex-direction: column; gap: 8px; align-items: flex-start; }
-.panel select, .panel input, .panel textarea { font: 14px ui-monospace, monospace; }
-.panel textarea { width: 100%; }
-.panel input.reason { width: 420px; }
+.panel { margin-top: 10px; padding: 12px; background: #f7f9fc; border: 1px solid var(--line);
+         border-radius: 6px; display: flex; flex-direction: column; gap: 8px; align-items: stretch; }
+.panel .field { display: flex; flex-direction: column; gap: 4px; font-size: 13px; color: var(--muted); }
+.panel select, .panel input, .panel textarea { font: 14px ui-monospace, monospace; width: 100%;
+         max-width: 100%; padding: 6px 8px; border: 1px solid #b9c1ce; border-radius: 6px; }
+.panel .row { display: flex; gap: 8px; flex-wrap: wrap; align-items: center; }
+.panel > button { align-self: flex-start; }
 .help { color: var(--muted); margin: 0; font-size: 13px; }
 .note { margin: 8px 0 0; font-size: 13px; color: var(--muted); }
-.answered { opacity: .75; border-color: #2e7d32; }
-.timed-out { border-color: #8a5a00; }
-.refused { border-color: var(--danger); }
+.note:empty { display: none; }
+.status[hidden] { display: none; }
+.status { margin-top: 12px; padding: 10px 12px; border-radius: 6px; background: #eef1f6; }
+.status p { margin: 0; }
+.status .by { color: var(--ink); }
+.status-reason, .status-wait { font-size: 13px; color: var(--muted); margin-top: 2px !important; }
+.status button { margin-top: 6px; }
+.request.answered { border-left-color: #8aa4c8; }
+.request.st-approve { border-left-color: var(--ok); }
+.request.st-approve .status { background: #e8f5e9; }
+.request.st-deny { border-left-color: var(--danger); }
+.request.st-deny .status { background: #fdecea; }
+.request.st-expired { border-left-color: var(--warn); }
+.request.st-expired .status { background: #fff6d6; }
+.request.resolved { opacity: .8; }
+.request.resolved .expiry, .request.resolved .expires-row { display: none; }
+.more { display: flex; flex-wrap: wrap; gap: 10px; align-items: center; color: var(--muted); }
+.more[hidden] { display: none; }
+@media (max-width: 720px) {
+  header.top { padding: 10px 14px; }
+  main { padding: 12px 10px 32px; }
+  .request { padding: 12px; }
+  .actions { grid-template-columns: minmax(0, 1fr); gap: 8px; }
+  .choice.quiet { flex-direction: column; align-items: stretch; }
+  .choice.quiet > button { width: 100%; }
+  .details { grid-template-columns: minmax(0, 1fr); }
+  .details dd { margin-bottom: 4px; }
+  .meta { gap: 2px 8px; }
+  pre { font-size: 13px; }
+}
 """

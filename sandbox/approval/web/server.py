@@ -92,6 +92,7 @@ class ApprovalServer:
             self.socket.close()
 
     def stop(self) -> None:
+        self.app.state.watch.closing = True  # ends the open event streams at once
         self._server.should_exit = True
 
     def serve_forever(self) -> None:

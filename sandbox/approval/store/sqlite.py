@@ -1,4 +1,4 @@
-"""`ApprovalStore`: pending requests, single-use grants and the execution journal, in SQLite.
+"""`SQLiteApprovalStore`: pending requests, single-use grants and the execution journal, in SQLite.
 
 Exactly-once rests on two guarded updates, each atomic in SQLite whatever the number of
 threads or processes sharing the file:
@@ -18,38 +18,47 @@ A guarded statement that is one transition by itself (open a call, claim a grant
 finish, grant an edit) runs on its own — SQLite makes a statement and its trigger
 atomic; steps that read and then write, or write two tables, run in ``BEGIN IMMEDIATE``.
 
-Backends: ``ApprovalStore(path)`` is SQLite in a file that several processes may share;
-``ApprovalStore(":memory:")`` is SQLite in memory; ``ApprovalStore()`` (no path) returns a
-`MemoryApprovalStore` (``memory_store.py``): the same methods and guarantees in plain
-Python objects under one lock, for a single process, several times faster per call.
+``ApprovalStore(path)`` is SQLite in a file that several processes may share;
+``ApprovalStore(":memory:")`` is SQLite in memory. The operations are `StoreProtocol`'s.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
-import socket
 import sqlite3
 import threading
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import psutil  # type: ignore[import-untyped, unused-ignore]
-
-from ..errors import (
+from ...errors import (
     ConfirmationStateError,
     ConfirmationTimedOutError,
     StoreError,
     UnknownCallError,
     UnknownConfirmationError,
 )
-from .models import ConfirmationRequest, canonical_json
-from .providers import parse_answer
+from ..models import ConfirmationRequest, Rule, canonical_json
+from ..providers import parse_answer
+from .base import MAX_PENDING_PER_SESSION, ApprovalStore
+from .protocol import Page
+from .records import (
+    HUMAN_OUTCOMES,
+    PRUNABLE_STATES,
+    REQUEST_COLUMNS,
+    CallRecord,
+    Owner,
+    check_waiting_answer,
+    clock,
+    dt,
+    dump,
+    new_id,
+    request_from_row,
+    timed_out_message,
+)
+from .states import HELD, IN_PROGRESS, PARKABLE, sql_list
 
 SCHEMA_VERSION = "2"  # 2: calls.note and the journal triggers (1 is migrated on open)
 
@@ -147,111 +156,19 @@ _TRIGGERS = tuple(
                         ("calls_journal_state", "UPDATE OF state"))
 )
 
-#: The columns of a rule row, in the order `RuleBook` reads them (both backends).
+#: The columns of a rule row.
 RULE_COLUMNS = (
     "id, tool, kind, words, prefix, args, digest, scope, session_id, created, expires, "
     "created_by, channel, request_id, revoked, revoked_by, uses, last_used"
 )
 
-#: Call states. ``in_doubt``: started by a process that died before recording the end.
-TERMINAL_STATES = frozenset(
-    {"done", "failed", "denied", "blocked", "rejected", "timed_out", "error", "in_doubt",
-     "abandoned"}
-)
-
-
-@dataclass(frozen=True)
-class CallRecord:
-    call_id: str
-    tool: str
-    digest: str
-    args: dict[str, Any]
-    state: str
-    request_id: str | None
-    owner: str | None
-    result: Any
-    session_id: str | None
-    created: float
-    updated: float
-
-
-def _now() -> float:
-    return time.time()
-
-
-def _dt(ts: float | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(ts, tz=timezone.utc)
-
-
-class _Owner:
-    """Identifies this process so that another can tell, later, whether it still lives.
-
-    A pid alone is not enough: pids are reused. The process start time makes the pair
-    unique on one host; the hostname keeps two machines sharing a file apart.
-    """
-
-    _pid = -1
-    _token = ""
-
-    @classmethod
-    def token(cls) -> str:
-        pid = os.getpid()
-        if pid != cls._pid:  # recomputed after fork
-            start = psutil.Process(pid).create_time()
-            cls._pid, cls._token = pid, f"{socket.gethostname()}:{pid}:{start:.3f}"
-        return cls._token
-
-    @staticmethod
-    def alive(token: str | None) -> bool | None:
-        """True/False for an owner on this host; None when it cannot be told from here."""
-        if not token:
-            return False
-        try:
-            host, pid_text, start_text = token.rsplit(":", 2)
-            pid, start = int(pid_text), float(start_text)
-        except ValueError:
-            return None
-        if host != socket.gethostname():
-            return None
-        try:
-            proc = psutil.Process(pid)
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                # Killed but not yet reaped by its parent: it will never record an end.
-                return False
-            return bool(abs(proc.create_time() - start) < 0.01)
-        except psutil.NoSuchProcess:
-            return False
-        except psutil.Error:
-            return None
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(12)}"
-
-
-class ApprovalStore:
+class SQLiteApprovalStore(ApprovalStore):
     """SQLite-backed store of calls, confirmation requests, rules and the journal.
 
-    ``ApprovalStore(path)`` uses a file that several processes may share: pending
-    requests survive restarts and can be answered from another process.
-    ``ApprovalStore(":memory:")`` is SQLite in this process's memory. ``ApprovalStore()``
-    without a path returns a `MemoryApprovalStore`: one process, everything in memory,
-    no SQLite (the fastest backend; what a `ToolRunner` without a store uses).
+    ``SQLiteApprovalStore(path)`` (or ``ApprovalStore(path)``) uses a file that several
+    processes of one host may share: pending requests survive restarts and can be
+    answered from another process. ``":memory:"`` is SQLite in this process's memory.
     """
-
-    def __new__(
-        cls,
-        path: str | os.PathLike[str] | None = None,
-        *,
-        max_pending: int = 10_000,
-        max_history: int | None = -1,
-        busy_timeout: float = 10.0,
-    ) -> ApprovalStore:
-        if cls is ApprovalStore and path is None:
-            from .memory_store import MemoryApprovalStore
-
-            return object.__new__(MemoryApprovalStore)
-        return object.__new__(cls)
 
     def __init__(
         self,
@@ -260,7 +177,12 @@ class ApprovalStore:
         max_pending: int = 10_000,
         max_history: int | None = -1,
         busy_timeout: float = 10.0,
+        max_pending_per_session: int | None = MAX_PENDING_PER_SESSION,
     ) -> None:
+        if max_pending_per_session is not None and max_pending_per_session < 1:
+            raise StoreError("max_pending_per_session must be at least 1 or None, got "
+                             f"{max_pending_per_session}")
+        self.max_pending_per_session = max_pending_per_session
         if max_pending < 1:
             raise StoreError(f"max_pending must be at least 1, got {max_pending}")
         self.path = None if path is None or str(path) == ":memory:" else Path(path)
@@ -333,12 +255,6 @@ class ApprovalStore:
         with self._lock:
             self._db.close()
 
-    def __enter__(self) -> ApprovalStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def _tx(self) -> _Transaction:
         return _Transaction(self)
 
@@ -348,7 +264,7 @@ class ApprovalStore:
         transitions are journalled by the triggers on ``calls``."""
         self._db.execute(
             "INSERT INTO journal(call_id, state, at, owner, detail) VALUES (?,?,?,?,?)",
-            (call_id, state, at or _now(), owner, detail),
+            (call_id, state, at or clock(), owner, detail),
         )
 
     # -- calls -----------------------------------------------------------------------
@@ -361,8 +277,8 @@ class ApprovalStore:
 
         ``args_json``: ``canonical_json(args)``, when the caller has it already.
         """
-        now = _now()
-        owner = _Owner.token()
+        now = clock()
+        owner = Owner.token()
         text = canonical_json(args) if args_json is None else args_json
         with self._lock:
             # One statement (journalled by its trigger): a new id is the common case.
@@ -381,7 +297,7 @@ class ApprovalStore:
             existing = self._get_call(call_id)
             assert existing is not None
             never_started = existing.state == "abandoned" or (
-                existing.state in ("new", "editing") and _Owner.alive(existing.owner) is False)
+                existing.state in ("new", "editing") and Owner.alive(existing.owner) is False)
             if never_started and (existing.tool, existing.digest) == (tool, digest):
                 # Never ran: its process died before starting it. Start over (the gate
                 # asks again). Other arguments under this id stay a duplicate call.
@@ -394,7 +310,7 @@ class ApprovalStore:
 
     def _prune(self, keep: int) -> None:
         """Forget the oldest finished calls beyond `keep` (never pending or running ones)."""
-        terminal = ",".join(f"'{s}'" for s in sorted(TERMINAL_STATES - {"in_doubt"}))
+        terminal = sql_list(PRUNABLE_STATES)
         (count,) = self._db.execute(
             f"SELECT COUNT(*) FROM calls WHERE state IN ({terminal})"
         ).fetchone()
@@ -432,8 +348,8 @@ class ApprovalStore:
 
     def start(self, call_id: str, digest: str) -> bool:
         """Claim the right to run: True for exactly one caller, and only for `digest`."""
-        owner = _Owner.token()
-        now = _now()
+        owner = Owner.token()
+        now = clock()
         with self._lock:  # one guarded statement: atomic without a transaction
             return self._claim(call_id, digest, owner, now)
 
@@ -449,25 +365,25 @@ class ApprovalStore:
 
     def finish(self, call_id: str, state: str, result: Any) -> None:
         """Record the end of a call this process started (or refused before starting)."""
-        owner = _Owner.token()
-        now = _now()
-        text = _dump(result)
+        owner = Owner.token()
+        now = clock()
+        text = dump(result)
         with self._lock:
             self._db.execute(
                 "UPDATE calls SET state=?, result=?, updated=?, note=NULL WHERE call_id=? "
-                "AND owner=? AND state IN ('new', 'started', 'editing', 'awaiting')",
+                f"AND owner=? AND state IN ({sql_list(IN_PROGRESS)})",
                 (state, text, now, call_id, owner),
             )
 
     def grant(self, call_id: str, digest: str, run_args: dict[str, Any]) -> None:
         """Turn an `editing` call into an `approved` one bound to the edited digest."""
-        owner = _Owner.token()
+        owner = Owner.token()
         text = canonical_json(run_args)
         with self._lock:
             cur = self._db.execute(
                 "UPDATE calls SET state='approved', grant_digest=?, run_args=?, updated=?, "
                 "note=? WHERE call_id=? AND state='editing' AND owner=?",
-                (digest, text, _now(), digest, call_id, owner),
+                (digest, text, clock(), digest, call_id, owner),
             )
         if cur.rowcount != 1:
             raise ConfirmationStateError(f"call {call_id} is no longer being edited here")
@@ -476,9 +392,9 @@ class ApprovalStore:
         """Mark calls whose starter died as in doubt, and return every in-doubt call."""
         with self._tx():
             for call_id, owner in self._db.execute(
-                "SELECT call_id, owner FROM calls WHERE state IN ('started', 'new', 'editing')"
+                f"SELECT call_id, owner FROM calls WHERE state IN ({sql_list(HELD)})"
             ).fetchall():
-                if _Owner.alive(owner) is False:
+                if Owner.alive(owner) is False:
                     state = self._db.execute(
                         "SELECT state FROM calls WHERE call_id=?", (call_id,)
                     ).fetchone()[0]
@@ -486,7 +402,7 @@ class ApprovalStore:
                     self._db.execute(
                         "UPDATE calls SET state=?, updated=?, note='owner process is gone' "
                         "WHERE call_id=? AND owner=?",
-                        (new_state, _now(), call_id, owner),
+                        (new_state, clock(), call_id, owner),
                     )
             rows = self._db.execute(
                 "SELECT call_id FROM calls WHERE state='in_doubt' ORDER BY updated"
@@ -512,52 +428,37 @@ class ApprovalStore:
 
     # -- requests --------------------------------------------------------------------
 
-    def add_request(
-        self,
-        *,
-        call_id: str,
-        tool: str,
-        args: dict[str, Any],
-        digest: str,
-        hint: str,
-        payload: Any,
-        kind: str,
-        expires_at: float | None,
-        details: dict[str, Any] | None = None,
-        edited_from: str | None = None,
-        session_id: str | None = None,
-    ) -> ConfirmationRequest:
-        """Park a confirmation request for a call in progress here; the call waits on it."""
-        rid, now = self._add_request(
-            call_id=call_id, tool=tool, args=args, digest=digest, hint=hint, payload=payload,
-            kind=kind, expires_at=expires_at, details=details, edited_from=edited_from,
-            session_id=session_id)
-        return self._built_request(rid, now, call_id=call_id, tool=tool, args=args,
-                                   digest=digest, hint=hint, payload=payload, kind=kind,
-                                   expires_at=expires_at, details=details,
-                                   edited_from=edited_from, session_id=session_id)
-
-    def _add_request(
+    def park(
         self, *, call_id: str, tool: str, args: dict[str, Any], digest: str, hint: str,
         payload: Any, kind: str, expires_at: float | None,
         details: dict[str, Any] | None = None, edited_from: str | None = None,
         session_id: str | None = None, args_json: str | None = None,
     ) -> tuple[str, float]:
-        """`add_request` without building the request model: its id and creation time."""
+        """Park a confirmation request for a call in progress here: its id and creation time."""
         rid = new_id("cf")
-        now = _now()
-        owner = _Owner.token()
+        now = clock()
+        owner = Owner.token()
         text = canonical_json(args) if args_json is None else args_json
-        row = (rid, call_id, tool, text, digest, hint, _dump(payload), kind,
-               _dump(details) if details else "{}", now, expires_at, edited_from, session_id)
+        row = (rid, call_id, tool, text, digest, hint, dump(payload), kind,
+               dump(details) if details else "{}", now, expires_at, edited_from, session_id)
         with self._tx():
             # The bound on pending requests is checked in the guarded update itself.
             cur = self._db.execute(
                 "UPDATE calls SET state='awaiting', request_id=?, owner=?, updated=?, note=? "
-                "WHERE call_id=? AND state IN ('new', 'started', 'editing') AND owner=? "
+                f"WHERE call_id=? AND state IN ({sql_list(PARKABLE)}) AND owner=? "
                 "AND (SELECT COUNT(*) FROM requests WHERE status='pending') < ?",
                 (rid, owner, now, rid, call_id, owner, self.max_pending),
             )
+            if cur.rowcount == 1 and session_id is not None and (
+                    self.max_pending_per_session is not None):
+                (mine,) = self._db.execute(
+                    "SELECT COUNT(*) FROM requests WHERE status='pending' AND session_id=?",
+                    (session_id,)).fetchone()
+                if mine >= self.max_pending_per_session:
+                    raise ConfirmationStateError(  # raised inside: the update rolls back
+                        f"session {session_id} already has {mine} confirmation requests "
+                        f"pending (max_pending_per_session={self.max_pending_per_session}); "
+                        "answer or expire some first")
             if cur.rowcount != 1:
                 (count,) = self._db.execute(
                     "SELECT COUNT(*) FROM requests WHERE status='pending'"
@@ -577,22 +478,6 @@ class ApprovalStore:
                 row,
             )
         return rid, now
-
-    @staticmethod
-    def _built_request(
-        rid: str, now: float, *, call_id: str, tool: str, args: dict[str, Any], digest: str,
-        hint: str, payload: Any, kind: str, expires_at: float | None,
-        details: dict[str, Any] | None, edited_from: str | None, session_id: str | None,
-    ) -> ConfirmationRequest:
-        # Built from the values just written, which the runner validated: constructing
-        # without re-validation is a hot-path saving. `args` is copied so that a caller
-        # mutating its dict cannot change what the request says was asked.
-        return ConfirmationRequest.model_construct(
-            id=rid, call_id=call_id, tool=tool, args=dict(args), hint=hint, payload=payload,
-            digest=digest, kind=kind, created_at=datetime.fromtimestamp(now, tz=timezone.utc),
-            expires_at=_dt(expires_at), status="pending", edited_from=edited_from,
-            session_id=session_id, details=details or {},
-        )
 
     def decide(
         self,
@@ -620,19 +505,19 @@ class ApprovalStore:
 
         ``decision`` is the decision as a JSON-able dict, or already as JSON text.
         """
-        now = _now()
-        owner = _Owner.token()
-        decision_text = decision if isinstance(decision, str) else _dump(decision)
-        result_text = _dump(call_result)
+        now = clock()
+        owner = Owner.token()
+        decision_text = decision if isinstance(decision, str) else dump(decision)
+        result_text = dump(call_result)
         with self._tx():
-            if outcome in _HUMAN_OUTCOMES:
+            if outcome in HUMAN_OUTCOMES:
                 # A human's answer recorded first by another channel wins over this one.
                 row = self._db.execute(
                     "SELECT a.decision, a.decided_by, a.channel FROM answers a JOIN requests "
                     "r ON r.id = a.request_id WHERE a.request_id=? AND r.status='pending'",
                     (request_id,)).fetchone()
                 if row is not None:
-                    _check_waiting_answer(request_id, outcome, row[0], row[1] or row[2])
+                    check_waiting_answer(request_id, outcome, row[0], row[1] or row[2])
             # The common case in one guarded statement: a pending, unexpired request.
             values = (status, now, outcome, reason, decided_by, channel, decision_text,
                       request_id)
@@ -677,7 +562,7 @@ class ApprovalStore:
                     "store (check the id, and that you opened the same store file)"
                 )
             if req.status == "timed_out":
-                raise ConfirmationTimedOutError(_timed_out_message(req))
+                raise ConfirmationTimedOutError(timed_out_message(req))
             if req.status != "pending":
                 row = self._db.execute(
                     "SELECT decided_by, channel, decided FROM requests WHERE id=?", (request_id,)
@@ -703,7 +588,7 @@ class ApprovalStore:
                 self._decide_call(req.id, req.call_id, req.digest, now, owner, status=status,
                                   by=decided_by or channel, call_result=result_text)
         if expired:
-            raise ConfirmationTimedOutError(_timed_out_message(req))
+            raise ConfirmationTimedOutError(timed_out_message(req))
 
     def _decide_call(self, request_id: str, call_id: str, digest: str, now: float,
                      owner: str, *, status: str, by: str | None,
@@ -733,7 +618,7 @@ class ApprovalStore:
         self._db.execute(
             "UPDATE calls SET state='timed_out', result=?, updated=?, note=? WHERE call_id=? "
             "AND state='awaiting' AND request_id=?",
-            (_dump(result), now, f"{req.id} expired", req.call_id, req.id),
+            (dump(result), now, f"{req.id} expired", req.call_id, req.id),
         )
 
     # -- answers from other processes --------------------------------------------------
@@ -755,7 +640,7 @@ class ApprovalStore:
         if decided_by is not None and checked.decided_by is None:
             checked = checked.model_copy(update={"decided_by": decided_by})
         decision = checked.model_dump(mode="json", exclude_none=True)
-        now = _now()
+        now = clock()
         with self._tx():
             req = self._get_request(request_id)
             if req is None:
@@ -763,7 +648,7 @@ class ApprovalStore:
                     f"unknown confirmation id {request_id!r}: it was never issued by this store"
                 )
             if req.status == "timed_out":
-                raise ConfirmationTimedOutError(_timed_out_message(req))
+                raise ConfirmationTimedOutError(timed_out_message(req))
             if req.status != "pending":
                 raise ConfirmationStateError(
                     f"confirmation {request_id} was already answered ({req.status})"
@@ -786,7 +671,7 @@ class ApprovalStore:
                 self._journal(req.call_id, "answered", None,
                               f"{request_id} by {decided_by or channel}", now)
         if expired:
-            raise ConfirmationTimedOutError(_timed_out_message(req))
+            raise ConfirmationTimedOutError(timed_out_message(req))
 
     def get_answer(self, request_id: str) -> dict[str, Any] | None:
         """The answer submitted for a request and not yet applied, if any."""
@@ -833,11 +718,11 @@ class ApprovalStore:
         """Pending requests that have an answer waiting to be applied."""
         with self._lock:
             rows = self._db.execute(
-                f"SELECT {_REQUEST_COLUMNS.replace('id,', 'r.id,', 1)} FROM requests r "
+                f"SELECT {REQUEST_COLUMNS.replace('id,', 'r.id,', 1)} FROM requests r "
                 "JOIN answers a ON a.request_id = r.id WHERE r.status='pending' "
                 "ORDER BY a.at"
             ).fetchall()
-        return [_request_from_row(r) for r in rows]
+        return [request_from_row(r) for r in rows]
 
     def get_request(self, request_id: str) -> ConfirmationRequest:
         with self._lock:
@@ -860,70 +745,95 @@ class ApprovalStore:
             return None
         return {
             "status": row[0], "outcome": row[1], "reason": row[2], "decided_by": row[3],
-            "channel": row[4], "decided_at": _dt(row[5]),
+            "channel": row[4], "decided_at": dt(row[5]),
             "decision": None if row[6] is None else json.loads(row[6]),
         }
 
     def _get_request(self, request_id: str) -> ConfirmationRequest | None:
         row = self._db.execute(
-            f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE id=?", (request_id,)
+            f"SELECT {REQUEST_COLUMNS} FROM requests WHERE id=?", (request_id,)
         ).fetchone()
-        return None if row is None else _request_from_row(row)
+        return None if row is None else request_from_row(row)
 
     def pending(self, *, session_id: str | None = None) -> list[ConfirmationRequest]:
         """Requests still waiting for an answer, oldest first; expired ones are closed."""
-        now = _now()
+        now = clock()
         with self._tx():
             for row in self._db.execute(
-                f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE status='pending' "
+                f"SELECT {REQUEST_COLUMNS} FROM requests WHERE status='pending' "
                 "AND expires IS NOT NULL AND expires < ?",
                 (now,),
             ).fetchall():
-                self._expire(_request_from_row(row), now)
-            query = f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE status='pending'"
+                self._expire(request_from_row(row), now)
+            query = f"SELECT {REQUEST_COLUMNS} FROM requests WHERE status='pending'"
             params: tuple[Any, ...] = ()
             if session_id is not None:
                 query += " AND session_id=?"
                 params = (session_id,)
             rows = self._db.execute(query + " ORDER BY created, id", params).fetchall()
-        return [_request_from_row(r) for r in rows]
+        return [request_from_row(r) for r in rows]
 
 
-    # -- rules (rows in `RULE_COLUMNS` order; what `RuleBook` stores and reads) -----------
+    def list_pending(self, *, limit: int, after: str | None = None,
+                     session_id: str | None = None) -> Page:
+        self._check_page(limit)
+        now = clock()
+        where = "status='pending'"
+        params: list[Any] = []
+        if session_id is not None:
+            where += " AND session_id=?"
+            params.append(session_id)
+        with self._tx():
+            for row in self._db.execute(
+                f"SELECT {REQUEST_COLUMNS} FROM requests WHERE status='pending' "
+                "AND expires IS NOT NULL AND expires < ?", (now,),
+            ).fetchall():
+                self._expire(request_from_row(row), now)
+            (total,) = self._db.execute(
+                f"SELECT COUNT(*) FROM requests WHERE {where}", params).fetchone()
+            query = f"SELECT {REQUEST_COLUMNS} FROM requests WHERE {where}"
+            if after is not None:
+                query += " AND (created, id) > (SELECT created, id FROM requests WHERE id=?)"
+                params.append(after)
+            rows = self._db.execute(query + " ORDER BY created, id LIMIT ?",
+                                    (*params, limit + 1)).fetchall()
+        items = [request_from_row(r) for r in rows[:limit]]
+        return Page(items=items, next=items[-1].id if len(rows) > limit else None,
+                    total=int(total))
 
-    def _rules_insert(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Save rules, all or none."""
+    # -- rules ---------------------------------------------------------------------------
+
+    def add_rules(self, rules: Sequence[Rule]) -> None:
         with self._tx():
             self._db.executemany(
                 f"INSERT INTO rules({RULE_COLUMNS}) VALUES "
                 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                rows,
+                [_rule_row(rule) for rule in rules],
             )
 
-    def _rules_active(self, tool: str, now: float,
-                      session_id: str | None) -> list[tuple[Any, ...]]:
-        """Unrevoked, unexpired rules of `tool` for this session (or always), oldest first."""
+    def active_rules(self, tool: str, session_id: str | None, now: float) -> list[Rule]:
         with self._lock:
-            return list(self._db.execute(
+            rows = self._db.execute(
                 f"SELECT {RULE_COLUMNS} FROM rules WHERE tool=? AND revoked IS NULL "
                 "AND expires>? AND (scope='always' OR session_id=?) ORDER BY created",
                 (tool, now, session_id or ""),
-            ).fetchall())
+            ).fetchall()
+        return [_rule_from_row(r) for r in rows]
 
-    def _rules_used(self, rule_ids: Sequence[str], now: float) -> None:
+    def mark_rules_used(self, rule_ids: Sequence[str], now: float) -> None:
         with self._tx():
             for rule_id in rule_ids:
                 self._db.execute(
                     "UPDATE rules SET uses=uses+1, last_used=? WHERE id=?", (now, rule_id))
 
-    def _rule_row(self, rule_id: str) -> tuple[Any, ...] | None:
+    def get_rule(self, rule_id: str) -> Rule | None:
         with self._lock:
             row = self._db.execute(
                 f"SELECT {RULE_COLUMNS} FROM rules WHERE id=?", (rule_id,)).fetchone()
-        return None if row is None else tuple(row)
+        return None if row is None else _rule_from_row(row)
 
-    def _rule_rows(self, *, include_inactive: bool, tool: str | None,
-                   now: float) -> list[tuple[Any, ...]]:
+    def list_rules(self, *, include_inactive: bool, tool: str | None,
+                   now: float) -> list[Rule]:
         query = f"SELECT {RULE_COLUMNS} FROM rules"
         where: list[str] = []
         params: list[Any] = []
@@ -936,9 +846,10 @@ class ApprovalStore:
         if where:
             query += " WHERE " + " AND ".join(where)
         with self._lock:
-            return list(self._db.execute(query + " ORDER BY created, id", params).fetchall())
+            rows = self._db.execute(query + " ORDER BY created, id", params).fetchall()
+        return [_rule_from_row(r) for r in rows]
 
-    def _rules_revoke(self, rule_id: str, by: str | None, now: float) -> bool:
+    def revoke_rule(self, rule_id: str, by: str | None, now: float) -> bool:
         """Revoke a rule (once); False when no rule has this id."""
         with self._tx():
             cur = self._db.execute(
@@ -948,58 +859,51 @@ class ApprovalStore:
             return cur.rowcount == 1 or self._db.execute(
                 "SELECT 1 FROM rules WHERE id=?", (rule_id,)).fetchone() is not None
 
+    # -- the audit anchor ------------------------------------------------------------------
 
-_HUMAN_OUTCOMES = frozenset({"approve", "deny", "edit"})
+    def audit_head(self, log: str) -> tuple[int, str] | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT value FROM meta WHERE key=?", (f"audit:{log}",)).fetchone()
+        if row is None:
+            return None
+        count, last_hash = str(row[0]).split(":", 1)
+        return int(count), last_hash
 
-
-def _check_waiting_answer(request_id: str, outcome: str, answer_json: str,
-                          by: str | None) -> None:
-    """Refuse a decision that contradicts an answer another channel recorded first.
-
-    `submit_answer` promises the first answer wins: a denial given on the web page or
-    with the CLI must not be overridden by a later approval from the channel that holds
-    the call (an MCP client, ADK's client, a provider). Nothing is recorded; the waiting
-    answer is still there to be applied (`ToolRunner.resume(id)`, `apply_answers`).
-    """
-    recorded = json.loads(answer_json).get("outcome")
-    if recorded != outcome:
-        raise ConfirmationStateError(
-            f"confirmation {request_id} already has an answer waiting to be applied "
-            f"({recorded}, by {by or 'another channel'}), recorded before this {outcome}; "
-            "the first answer wins"
-        )
+    def anchor_audit(self, log: str, count: int, last_hash: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
+                "SET value=excluded.value", (f"audit:{log}", f"{count}:{last_hash}"))
 
 
-def _timed_out_message(req: ConfirmationRequest) -> str:
-    when = f" (it expired at {req.expires_at.isoformat()})" if req.expires_at else ""
-    return (f"confirmation {req.id} timed out{when} and was recorded as timed out; "
-            "it can no longer be answered. Make the call again to ask anew")
+def _rule_row(rule: Rule) -> tuple[Any, ...]:
+    def ts(value: datetime | None) -> float | None:
+        return None if value is None else value.timestamp()
 
-
-_REQUEST_COLUMNS = (
-    "id, call_id, tool, args, digest, hint, payload, kind, details, status, created, expires, "
-    "edited_from, session_id"
-)
-
-
-def _request_from_row(row: tuple[Any, ...]) -> ConfirmationRequest:
-    return ConfirmationRequest(
-        id=row[0], call_id=row[1], tool=row[2], args=json.loads(row[3]), digest=row[4],
-        hint=row[5], payload=None if row[6] is None else json.loads(row[6]), kind=row[7],
-        details={} if row[8] is None else json.loads(row[8]), status=row[9],
-        created_at=datetime.fromtimestamp(row[10], tz=timezone.utc),
-        expires_at=_dt(row[11]), edited_from=row[12],
-        session_id=row[13],
+    return (
+        rule.id, rule.tool, rule.kind,
+        None if rule.words is None else json.dumps(list(rule.words), ensure_ascii=False),
+        int(rule.prefix), None if rule.args is None else canonical_json(rule.args),
+        rule.digest, rule.scope, rule.session_id, ts(rule.created_at), ts(rule.expires_at),
+        rule.created_by, rule.channel, rule.request_id, ts(rule.revoked_at), rule.revoked_by,
+        rule.uses, ts(rule.last_used_at),
     )
 
 
-_DUMP = json.JSONEncoder(ensure_ascii=False, default=repr)  # = json.dumps(v, these options)
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=timezone.utc)
 
 
-def _dump(value: Any) -> str | None:
-    if value is None:
-        return None
-    return _DUMP.encode(value)
+def _rule_from_row(row: tuple[Any, ...]) -> Rule:
+    return Rule(
+        id=row[0], tool=row[1], kind=row[2],
+        words=None if row[3] is None else tuple(json.loads(row[3])), prefix=bool(row[4]),
+        args=None if row[5] is None else json.loads(row[5]), digest=row[6], scope=row[7],
+        session_id=row[8], created_at=_utc(row[9]), expires_at=_utc(row[10]),
+        created_by=row[11], channel=row[12], request_id=row[13], revoked_at=dt(row[14]),
+        revoked_by=row[15], uses=row[16], last_used_at=dt(row[17]),
+    )
 
 
 class _Transaction:
@@ -1010,7 +914,7 @@ class _Transaction:
     share this connection.
     """
 
-    def __init__(self, store: ApprovalStore) -> None:
+    def __init__(self, store: SQLiteApprovalStore) -> None:
         self._store = store
 
     def __enter__(self) -> None:

@@ -1,0 +1,31 @@
+"""Approval stores: one Protocol (`StoreProtocol`), typed states with a transition table
+(`states`), and the backends — `MemoryApprovalStore` (one process) and
+`SQLiteApprovalStore` (a file shared by the processes of one host). `open_store` opens
+the one a reference names."""
+
+from .base import MAX_PENDING_PER_SESSION, ApprovalStore, open_store
+from .memory import MemoryApprovalStore
+from .protocol import MAX_PAGE, Page, StoreProtocol
+from .records import CallRecord, Owner, dt, new_id
+from .sqlite import SQLiteApprovalStore
+from .states import CallState, RequestStatus
+
+# Names the gate imported before the store was a package.
+_Owner = Owner
+_dt = dt
+
+__all__ = [
+    "MAX_PAGE",
+    "MAX_PENDING_PER_SESSION",
+    "ApprovalStore",
+    "CallRecord",
+    "CallState",
+    "MemoryApprovalStore",
+    "Owner",
+    "Page",
+    "RequestStatus",
+    "SQLiteApprovalStore",
+    "StoreProtocol",
+    "new_id",
+    "open_store",
+]

@@ -1,0 +1,102 @@
+"""`ApprovalStore`: the base every backend derives from, and `open_store`, which opens
+a store from a reference.
+
+``ApprovalStore()`` is a `MemoryApprovalStore`; ``ApprovalStore(path)`` and
+``ApprovalStore(":memory:")`` are a `SQLiteApprovalStore`. What the backends share is
+written once here, in terms of the Protocol's operations only.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ...errors import StoreError
+from ..models import ConfirmationRequest
+from .protocol import MAX_PAGE, StoreProtocol
+from .records import built_request
+
+#: Pending requests one session may have at once (a runner's session id).
+MAX_PENDING_PER_SESSION = 1_000
+
+
+class ApprovalStore(StoreProtocol):
+    """An approval store. Construct one with `open_store` or ``ApprovalStore(ref)``."""
+
+    def __new__(cls, path: str | os.PathLike[str] | None = None,
+                **kwargs: Any) -> ApprovalStore:
+        if cls is ApprovalStore:
+            return object.__new__(_backend_for(path))
+        return object.__new__(cls)
+
+    @property
+    def blocking(self) -> bool:
+        return self.path is not None
+
+    def __enter__(self) -> ApprovalStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add_request(self, *, call_id: str, tool: str, args: dict[str, Any], digest: str,
+                    hint: str, payload: Any, kind: str, expires_at: float | None,
+                    details: dict[str, Any] | None = None, edited_from: str | None = None,
+                    session_id: str | None = None) -> ConfirmationRequest:
+        """`park`, returning the request model."""
+        rid, now = self.park(
+            call_id=call_id, tool=tool, args=args, digest=digest, hint=hint, payload=payload,
+            kind=kind, expires_at=expires_at, details=details, edited_from=edited_from,
+            session_id=session_id)
+        return built_request(rid, now, call_id=call_id, tool=tool, args=args, digest=digest,
+                             hint=hint, payload=payload, kind=kind, expires_at=expires_at,
+                             details=details, edited_from=edited_from, session_id=session_id)
+
+    # Names the gate used before the Protocol existed.
+    def _add_request(self, **kwargs: Any) -> tuple[str, float]:
+        return self.park(**kwargs)
+
+    _built_request = staticmethod(built_request)
+
+    def sweep(self) -> list[Any]:
+        """`in_doubt` under the Protocol's name for it."""
+        return self.in_doubt()
+
+    @staticmethod
+    def _check_page(limit: int) -> None:
+        if not 1 <= limit <= MAX_PAGE:
+            raise StoreError(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
+
+
+def _backend_for(ref: str | os.PathLike[str] | None) -> type[ApprovalStore]:
+    if ref is None:
+        from .memory import MemoryApprovalStore
+
+        return MemoryApprovalStore
+    from .sqlite import SQLiteApprovalStore
+
+    text = str(ref)
+    if text.startswith(("postgresql:", "postgres:")):
+        raise StoreError(
+            f"{_redacted(text)}: the PostgreSQL backend is not available in this version; "
+            "use a SQLite file path (shared by the processes of one host)")
+    return SQLiteApprovalStore
+
+
+def _redacted(ref: str) -> str:
+    if "@" in ref and "://" in ref:
+        scheme, rest = ref.split("://", 1)
+        return f"{scheme}://…@{rest.rsplit('@', 1)[1]}"
+    return ref
+
+
+def open_store(ref: str | os.PathLike[str] | None = None, **options: Any) -> ApprovalStore:
+    """Open the store a reference names: None (memory, this process), ``":memory:"``
+    (SQLite in memory) or a file path (SQLite, shared by the processes of one host).
+
+    ``options`` go to the backend (``max_pending``, ``max_pending_per_session``, ...).
+    """
+    backend = _backend_for(ref)
+    if ref is None:
+        return backend(**options)
+    return backend(ref, **options)

@@ -1,0 +1,190 @@
+"""Server-sent events: the page learns what changed instead of re-reading everything.
+
+One `PendingWatch` per app looks at the store when it may have changed (the SQLite file
+or its write-ahead log changed; at least every `RESCAN` seconds, for expiries) and keeps
+the latest `Snapshot`: the pending ids, their order, and the answers waiting to be
+applied. Each open page holds its own previous snapshot and is sent only the difference:
+
+- ``hello`` ``{count}``: sent first; the page then lists what it shows.
+- ``pending`` ``{count, added, ids}``: the number waiting changed (``added`` new ones,
+  the first `MAX_IDS` of them named in ``ids``).
+- ``answered`` ``{id, outcome, scope, reason, decided_by, channel, at}``: an answer was
+  given (on this page, another tab, the CLI...) and waits for the agent to apply it.
+- ``resolved`` ``{id, status, outcome, reason, decided_by, channel, at}``: the request
+  is no longer pending: approved, denied, edited, timed out, cancelled.
+
+Every event is small and about one thing; a page that falls behind is simply sent the
+difference from where it was. Reading is shared: however many pages are open, the
+store is read at most once per `INTERVAL`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from ..display import escape_text
+from ..store import ApprovalStore
+from .listing import Cursor, pending_ids
+
+INTERVAL = 0.25
+RESCAN = 2.0
+HEARTBEAT = 10.0
+#: New ids named in one ``pending`` event (a page fetches a request it did not get by
+#: paging: one parked by a slower process with an earlier creation time).
+MAX_IDS = 100
+Db = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    version: int
+    order: dict[str, Cursor]
+    answers: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class PendingWatch:
+    """The latest snapshot of pending requests, shared by every open page."""
+
+    def __init__(self, store: ApprovalStore, db: Db) -> None:
+        self.store = store
+        self._db = db
+        self._lock = anyio.Lock()
+        self._snapshot: Snapshot | None = None
+        self._taken = 0.0
+        self._signature: object = None
+        self._answered_at: dict[str, float] = {}
+        self._decisions: OrderedDict[str, dict[str, Any] | None] = OrderedDict()
+        self.closing = False
+
+    def _file_signature(self) -> object:
+        """What changes when another process commits to the store file (None: a store
+        without a file, looked at every `INTERVAL`)."""
+        path = getattr(self.store, "path", None)
+        if path is None:
+            return None
+        out: list[tuple[int, int, int] | None] = []
+        for suffix in ("", "-wal"):
+            try:
+                st = os.stat(f"{path}{suffix}")
+            except OSError:
+                out.append(None)
+            else:
+                out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+        return tuple(out)
+
+    async def snapshot(self) -> Snapshot:
+        async with self._lock:
+            now = time.monotonic()
+            current = self._snapshot
+            if current is not None and now - self._taken < INTERVAL:
+                return current
+            signature = self._file_signature()
+            if (current is not None and signature is not None and signature == self._signature
+                    and now - self._taken < RESCAN):
+                return current
+            self._signature = signature
+            self._taken = now
+            order, answers = await self._db(self._read)
+            if current is not None and order == current.order and answers == current.answers:
+                return current
+            self._snapshot = Snapshot((current.version + 1) if current else 1, order, answers)
+            return self._snapshot
+
+    def _read(self) -> tuple[dict[str, Cursor], dict[str, dict[str, Any]]]:
+        order = dict(pending_ids(self.store))
+        states = self.store.answer_states(list(order)) if order else {}
+        answers: dict[str, dict[str, Any]] = {}
+        now = time.time()
+        for rid, (_status, answer) in states.items():
+            if answer is not None:
+                at = self._answered_at.setdefault(rid, now)
+                answers[rid] = answer_view(answer, at)
+        for rid in [r for r in self._answered_at if r not in order]:
+            del self._answered_at[rid]
+        return order, answers
+
+    async def decision(self, request_id: str) -> dict[str, Any] | None:
+        """How a request that left the pending list was decided (cached: it is final)."""
+        if request_id in self._decisions:
+            return self._decisions[request_id]
+        raw = await self._db(self.store.request_decision, request_id)
+        view = None if raw is None else decision_view(raw)
+        self._decisions[request_id] = view
+        if len(self._decisions) > 5000:
+            self._decisions.popitem(last=False)
+        return view
+
+    async def stream(self) -> AsyncIterator[str]:
+        """The events of one page, as text/event-stream."""
+        previous = await self.snapshot()
+        yield _event("hello", {"count": len(previous.order)})
+        quiet = time.monotonic()
+        while not self.closing:
+            await anyio.sleep(INTERVAL)
+            current = await self.snapshot()
+            if current.version != previous.version:
+                for text in await self._changes(previous, current):
+                    yield text
+                previous = current
+                quiet = time.monotonic()
+            elif time.monotonic() - quiet > HEARTBEAT:
+                yield ": still here\n\n"  # lets a closed connection be noticed
+                quiet = time.monotonic()
+
+    async def _changes(self, before: Snapshot, after: Snapshot) -> list[str]:
+        out: list[str] = []
+        added = [rid for rid in after.order if rid not in before.order]
+        for rid, answer in after.answers.items():
+            if before.answers.get(rid) != answer:
+                out.append(_event("answered", {"id": rid, **answer}))
+        for rid in before.order:
+            if rid not in after.order:
+                decided = await self.decision(rid)
+                out.append(_event("resolved", {"id": rid, **(decided or {"status": "gone"})}))
+        if added or len(after.order) != len(before.order):
+            out.append(_event("pending", {"count": len(after.order), "added": len(added),
+                                          "ids": added[:MAX_IDS]}))
+        return out
+
+
+def answer_view(answer: dict[str, Any], at: float | None) -> dict[str, Any]:
+    """An answer waiting to be applied, as the page shows it (text escaped)."""
+    return {
+        "outcome": answer.get("outcome"),
+        "scope": answer.get("scope", "once"),
+        "reason": _text(answer.get("reason")),
+        "decided_by": _text(answer.get("decided_by")),
+        "channel": _text(answer.get("channel")),
+        "at": at,
+    }
+
+
+def decision_view(decision: dict[str, Any]) -> dict[str, Any]:
+    """A final decision (`ApprovalStore.request_decision`), as the page shows it."""
+    recorded = decision.get("decision") if isinstance(decision.get("decision"), dict) else {}
+    decided_at = decision.get("decided_at")
+    return {
+        "status": decision.get("status"),
+        "outcome": decision.get("outcome"),
+        "scope": recorded.get("scope", "once") if recorded else "once",
+        "reason": _text(decision.get("reason")),
+        "decided_by": _text(decision.get("decided_by")),
+        "channel": _text(decision.get("channel")),
+        "at": decided_at.timestamp() if decided_at is not None else None,
+    }
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else escape_text(str(value))[:500]
+
+
+def _event(name: str, data: dict[str, Any]) -> str:
+    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"

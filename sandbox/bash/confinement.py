@@ -1,0 +1,836 @@
+"""OS confinement of one command: Landlock, a network namespace, no capabilities, seccomp.
+
+The policy is the first wall; this is the second. It bounds what an allowed program can
+do, as if the policy had failed: `cat` may read any file the policy lets it name, but
+the kernel lets it open only the workspace, a private temporary directory and the
+system's world-readable files.
+
+Three parts, in the order they run:
+
+1. **Detection** (`detect`), once per process: which layers this kernel offers (Landlock
+   and its ABI, seccomp filters, network and user namespaces). Setting
+   ``SANDBOX_CONFINEMENT_UNAVAILABLE=landlock,seccomp`` (any of `LAYERS`, "landlock" for
+   all three Landlock layers, or "all") makes detection report those layers missing:
+   the switch tests use to prove that ``confinement="required"`` refuses to run.
+2. **Planning** (`plan`), per run, in the agent: what the policy asks for, against what
+   the kernel offers, gives a `Confinement` (plain, picklable data: paths, flags, the
+   Landlock ABI to target) and a report naming every layer as active or inactive with
+   the reason. Under ``"required"`` a missing layer raises `ConfinementUnavailable`.
+3. **Preparation and application** (`prepare`), in whichever process forks the child
+   (the agent today, a spawner process tomorrow): everything that allocates or can fail
+   in a way worth reporting happens *before* the fork: the Landlock ruleset is created
+   and filled (its fd is inherited by the child, close-on-exec), the seccomp BPF program
+   is assembled into a ctypes buffer, the namespace map lines are encoded. After the
+   fork `Prepared.apply` only makes system calls, in this order (each step needs the
+   privileges the next one removes):
+
+   a. network namespace: ``unshare(CLONE_NEWNET)`` (an unprivileged agent also needs
+      ``CLONE_NEWUSER`` and an identity uid/gid map); for network="loopback" the
+      namespace's own ``lo`` is brought up;
+   b. the capability bounding set is emptied (needs CAP_SETPCAP, still held);
+   c. (the caller drops to another uid here, if it does: needs CAP_SETUID, still held)
+   d. effective, permitted, inheritable and ambient capabilities are cleared;
+   e. ``PR_SET_NO_NEW_PRIVS``: setuid binaries and file capabilities grant nothing;
+   f. ``landlock_restrict_self``: filesystem, TCP and scope rules;
+   g. the seccomp filter, last, because it denies ``unshare`` which step a used.
+
+ctypes rather than a PyPI package: `landlock` (1.0.0.dev5) is a pre-release that builds
+its ruleset in the calling process, so it would run after the fork; `pyseccomp` wraps
+libseccomp, a C library that must be installed and that allocates while loading a
+filter. Three Landlock syscalls and one BPF program of 60 instructions are short
+enough to own, and let all allocation happen before the fork.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+import platform
+import socket
+import stat
+import struct
+import subprocess
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sandbox.errors import ConfigurationError
+
+__all__ = [
+    "CONFINEMENT_MODES",
+    "FILESYSTEM_MODES",
+    "LAYERS",
+    "NETWORK_MODES",
+    "UNAVAILABLE_ENV",
+    "Confinement",
+    "ConfinementRequest",
+    "ConfinementUnavailable",
+    "KernelSupport",
+    "Prepared",
+    "detect",
+    "plan",
+    "prepare",
+]
+
+FILESYSTEM_MODES = ("read-write", "read-only")
+NETWORK_MODES = ("none", "loopback", "host")
+CONFINEMENT_MODES = ("best-effort", "required", "none")
+LAYERS = (
+    "landlock-fs",
+    "landlock-net",
+    "landlock-scopes",
+    "seccomp",
+    "capabilities",
+    "no-new-privs",
+    "netns",
+)
+UNAVAILABLE_ENV = "SANDBOX_CONFINEMENT_UNAVAILABLE"
+
+# System directories a command may read and execute. /etc is handled separately (only
+# its world-readable files). Missing ones are skipped.
+SYSTEM_READ_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+                     "/proc", "/sys/devices/system/cpu")  # fmt: skip
+# Devices a command may read and write (not ioctl).
+DEVICE_PATHS = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+ETC = "/etc"
+_ETC_MAX_RULES = 2000
+
+
+class ConfinementUnavailable(ConfigurationError):
+    """confinement="required" and the kernel lacks a layer the policy asks for."""
+
+
+# --------------------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class ConfinementRequest:
+    """What a policy asks of the OS (see BashToolPolicy's fields of the same names).
+
+    filesystem: "read-write" (the workspace is writable) or "read-only".
+    readable_paths: more directories or files the command may read and execute.
+    writable_paths: more directories or files the command may read, write and create in.
+    network: "none" (an empty network namespace, and no TCP bind/connect at all),
+    "loopback" (a private network namespace whose own 127.0.0.1 is up: the command can
+    talk to servers it starts itself, never to the host's listeners) or "host".
+    mode: "best-effort" (run with what the kernel offers; report the rest),
+    "required" (refuse to run when a layer is missing) or "none" (no OS confinement).
+    """
+
+    filesystem: str = "read-write"
+    readable_paths: tuple[str, ...] = ()
+    writable_paths: tuple[str, ...] = ()
+    network: str = "none"
+    mode: str = "best-effort"
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (
+            ("filesystem", self.filesystem, FILESYSTEM_MODES),
+            ("network", self.network, NETWORK_MODES),
+            ("confinement", self.mode, CONFINEMENT_MODES),
+        ):
+            if value not in allowed:
+                raise ConfigurationError(
+                    f"{name}={value!r} is invalid: use one of "
+                    + ", ".join(repr(a) for a in allowed)
+                )
+        for name in ("readable_paths", "writable_paths"):
+            for p in getattr(self, name):
+                if not isinstance(p, str) or not os.path.isabs(p):
+                    raise ConfigurationError(
+                        f"{name} entry {p!r} is invalid: write an absolute path such as "
+                        "'/opt/tools'"
+                    )
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """The confinement of one run, as plain data (picklable: a spawner receives it).
+
+    read_paths get read+execute, write_paths every filesystem right, device_paths read
+    and write. landlock_abi is the ABI to target (0: no Landlock). euid/egid are the
+    forking process's, for the identity map of a new user namespace.
+    """
+
+    read_paths: tuple[str, ...] = ()
+    write_paths: tuple[str, ...] = ()
+    device_paths: tuple[str, ...] = ()
+    landlock_abi: int = 0
+    landlock_fs: bool = False
+    landlock_net: bool = False
+    landlock_scopes: bool = False
+    seccomp: bool = False
+    deny_unix_sockets: bool = False
+    drop_capabilities: bool = True
+    no_new_privs: bool = True
+    new_netns: bool = False
+    loopback_up: bool = False
+    new_userns: bool = False
+    euid: int = 0
+    egid: int = 0
+
+
+# --------------------------------------------------------------------------- detection
+
+
+@dataclass(frozen=True)
+class KernelSupport:
+    """What this kernel offers, each layer with the reason when it does not."""
+
+    landlock_abi: int
+    missing: Mapping[str, str] = field(default_factory=dict)
+    root: bool = False
+
+    def has(self, layer: str) -> bool:
+        return layer not in self.missing
+
+
+_detected: KernelSupport | None = None
+_detect_lock = threading.Lock()
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.prctl.restype = ctypes.c_int
+
+SYS_landlock_create_ruleset = 444
+SYS_landlock_add_rule = 445
+SYS_landlock_restrict_self = 446
+SYS_capset = 126
+LANDLOCK_CREATE_RULESET_VERSION = 1
+
+
+def _landlock_abi() -> tuple[int, str]:
+    abi = _libc.syscall(
+        ctypes.c_long(SYS_landlock_create_ruleset), None, ctypes.c_size_t(0),
+        ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION),
+    )
+    if abi < 0:
+        err = ctypes.get_errno()
+        why = {
+            errno.ENOSYS: "the kernel has no Landlock (Linux 5.13+ built with "
+            "CONFIG_SECURITY_LANDLOCK)",
+            errno.EOPNOTSUPP: "Landlock is built in but disabled (add landlock to the "
+            "kernel's lsm= boot parameter)",
+        }.get(err, f"landlock_create_ruleset failed: {os.strerror(err)}")
+        return 0, why
+    return int(abi), ""
+
+
+def _probe(fn_name: str, confinement: Confinement) -> str:
+    """Run /bin/true with `confinement` applied; '' if it worked, else why not."""
+    true = "/bin/true" if os.path.exists("/bin/true") else "/usr/bin/true"
+    try:
+        prepared = prepare(confinement)
+    except OSError as e:
+        return f"{fn_name}: {e.strerror or e}"
+    try:
+        done = subprocess.run(
+            [true], preexec_fn=prepared.apply, stdin=subprocess.DEVNULL,
+            capture_output=True, timeout=10, check=False,
+        )
+    except subprocess.SubprocessError as e:
+        return f"{fn_name} failed in a test child: {e}"
+    except OSError as e:
+        return f"{fn_name} failed in a test child: {e.strerror or e}"
+    finally:
+        prepared.close()
+    if done.returncode != 0:
+        return f"{fn_name}: a test child exited with status {done.returncode}"
+    return ""
+
+
+def detect() -> KernelSupport:
+    """Probe (once per process, then cached) which confinement layers work here."""
+    global _detected
+    with _detect_lock:
+        if _detected is not None:
+            return _detected
+        root = os.geteuid() == 0
+        missing: dict[str, str] = {}
+        abi, why = _landlock_abi()
+        if abi == 0:
+            for layer in ("landlock-fs", "landlock-net", "landlock-scopes"):
+                missing[layer] = why
+        else:
+            if abi < 4:
+                missing["landlock-net"] = f"Landlock ABI {abi} < 4 (needs Linux 6.7)"
+            if abi < 6:
+                missing["landlock-scopes"] = f"Landlock ABI {abi} < 6 (needs Linux 6.12)"
+        if _SECCOMP_ARCH.get(platform.machine()) is None:
+            missing["seccomp"] = (
+                f"no syscall table for {platform.machine()} (only x86_64 is built in)"
+            )
+        else:
+            seccomp_line = _status_field("Seccomp")
+            if seccomp_line is None:
+                missing["seccomp"] = "the kernel has no seccomp (CONFIG_SECCOMP)"
+            else:
+                problem = _probe("seccomp", Confinement(seccomp=True, drop_capabilities=False))
+                if problem:
+                    missing["seccomp"] = problem
+        netns = Confinement(new_netns=True, new_userns=not root, euid=os.geteuid(),
+                            egid=os.getegid(), drop_capabilities=False)  # fmt: skip
+        problem = _probe("network namespace", netns)
+        if problem:
+            missing["netns"] = problem + (
+                "" if root else " (an unprivileged agent needs user namespaces: "
+                "sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces)"
+            )
+        if abi:
+            problem = _probe("landlock", Confinement(landlock_abi=abi, landlock_fs=True,
+                                                     read_paths=("/",)))  # fmt: skip
+            if problem:
+                for layer in ("landlock-fs", "landlock-net", "landlock-scopes"):
+                    missing.setdefault(layer, problem)
+        simulated = {s.strip() for s in os.environ.get(UNAVAILABLE_ENV, "").split(",")}
+        simulated.discard("")
+        if "landlock" in simulated:
+            simulated |= {"landlock-fs", "landlock-net", "landlock-scopes"}
+        if "all" in simulated:
+            simulated |= set(LAYERS)
+        for layer in sorted(simulated & set(LAYERS)):
+            missing[layer] = f"simulated: {UNAVAILABLE_ENV} names {layer}"
+        if {"landlock-fs", "landlock-net", "landlock-scopes"} <= set(missing):
+            abi = 0
+        _detected = KernelSupport(landlock_abi=abi, missing=missing, root=root)
+        return _detected
+
+
+def _reset_detection_for_tests() -> None:
+    global _detected
+    with _detect_lock:
+        _detected = None
+
+
+def _status_field(name: str) -> str | None:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(name + ":"):
+                return line.split(":", 1)[1].strip()
+    return None
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def plan(
+    request: ConfinementRequest,
+    *,
+    workspace: str,
+    tmpdir: str | None,
+    drops_to_uid: bool = False,
+) -> tuple[Confinement | None, dict[str, str]]:
+    """The confinement of one run and the report of every layer ("active: ..." or
+    "inactive: <reason>"); the report's "missing" entry, present only when some layer
+    the request needs is lacking (under "best-effort"), names each with the reason.
+
+    Raises ConfinementUnavailable under mode="required" when a layer the request needs
+    is missing, naming each missing layer and why.
+    """
+    if request.mode == "none":
+        return None, {layer: "inactive: confinement='none' in the policy" for layer in LAYERS}
+    kernel = detect()
+    root = os.geteuid() == 0
+    needed = ["landlock-fs", "landlock-scopes", "seccomp", "capabilities", "no-new-privs"]
+    if request.network != "host":
+        needed += ["netns"]
+    if request.network == "none":
+        needed += ["landlock-net"]
+    missing = {layer: kernel.missing[layer] for layer in needed if not kernel.has(layer)}
+    if request.mode == "required" and missing:
+        raise ConfinementUnavailable(
+            "confinement='required' but this machine lacks: "
+            + "; ".join(f"{layer} ({why})" for layer, why in missing.items())
+            + ". Run `sandbox doctor` for details; use confinement='best-effort' to run "
+            "with what the kernel offers"
+        )
+    abi = kernel.landlock_abi
+    ws_rights = "read-write" if request.filesystem == "read-write" else "read-only"
+    read_paths = [*SYSTEM_READ_PATHS, *_etc_rules(), *request.readable_paths]
+    write_paths = [*request.writable_paths]
+    if tmpdir is not None:
+        write_paths.append(tmpdir)
+    (write_paths if ws_rights == "read-write" else read_paths).append(workspace)
+    use_netns = request.network != "host" and kernel.has("netns")
+    # Without a namespace of its own, "loopback" would be the host's: deny TCP instead.
+    landlock_net = kernel.has("landlock-net") and (
+        request.network == "none" or (request.network == "loopback" and not use_netns)
+    )
+    confinement = Confinement(
+        read_paths=tuple(read_paths),
+        write_paths=tuple(write_paths),
+        device_paths=DEVICE_PATHS,
+        landlock_abi=abi,
+        landlock_fs=kernel.has("landlock-fs"),
+        landlock_net=landlock_net,
+        landlock_scopes=kernel.has("landlock-scopes"),
+        seccomp=kernel.has("seccomp"),
+        deny_unix_sockets=request.network != "host",
+        drop_capabilities=kernel.has("capabilities"),
+        no_new_privs=kernel.has("no-new-privs"),
+        new_netns=use_netns,
+        loopback_up=use_netns and request.network == "loopback",
+        new_userns=use_netns and not root,
+        euid=os.geteuid(),
+        egid=os.getegid(),
+    )
+    report: dict[str, str] = {}
+
+    def say(layer: str, active: bool, what: str) -> None:
+        report[layer] = f"active: {what}" if active else f"inactive: {what}"
+
+    if confinement.landlock_fs:
+        absent = [p for p in (*request.readable_paths, *request.writable_paths)
+                  if not os.path.exists(p)]  # fmt: skip
+        note = f"; not found, so not granted: {', '.join(absent)}" if absent else ""
+        say("landlock-fs", True, f"ABI {abi}; workspace {ws_rights}, private TMPDIR "
+            f"read-write, system directories read-only, nothing else{note}")  # fmt: skip
+    else:
+        say("landlock-fs", False, kernel.missing["landlock-fs"])
+    if request.network == "host":
+        say("landlock-net", False, "network='host' in the policy")
+    elif landlock_net:
+        say("landlock-net", True, f"ABI {abi}; TCP bind and connect denied")
+    elif request.network == "loopback":
+        say("landlock-net", False, "not needed: network='loopback' uses a private "
+            "network namespace")  # fmt: skip
+    else:
+        say("landlock-net", False, kernel.missing.get("landlock-net", "not requested"))
+    if confinement.landlock_scopes:
+        say("landlock-scopes", True, f"ABI {abi}; no signals to, or abstract unix sockets "
+            "of, processes outside the command")  # fmt: skip
+    else:
+        say("landlock-scopes", False, kernel.missing["landlock-scopes"])
+    if confinement.seccomp:
+        unix = ", and unix sockets (socketpair excepted)" if confinement.deny_unix_sockets else ""
+        say("seccomp", True, f"{len(DENIED_SYSCALLS)} syscalls (ptrace, mount, bpf, "
+            f"kexec, keyctl, modules, namespaces, clock, ...){unix} fail with EPERM")  # fmt: skip
+    else:
+        say("seccomp", False, kernel.missing["seccomp"])
+    if not confinement.drop_capabilities:
+        say("capabilities", False, kernel.missing["capabilities"])
+    elif root or confinement.new_userns:
+        say("capabilities", True, "every capability dropped, bounding and ambient sets "
+            "included")  # fmt: skip
+    else:
+        say("capabilities", True, "unprivileged uid: none held; the bounding set stays "
+            "(no_new_privs stops setuid and file capabilities)")  # fmt: skip
+    if confinement.no_new_privs:
+        say("no-new-privs", True, "set")
+    elif confinement.landlock_fs or confinement.seccomp:
+        say("no-new-privs", True, "set anyway: Landlock and seccomp need it")
+    else:
+        say("no-new-privs", False, kernel.missing["no-new-privs"])
+    if request.network == "host":
+        say("netns", False, "network='host' in the policy")
+    elif use_netns:
+        what = "private, lo up" if request.network == "loopback" else "empty (lo down)"
+        say("netns", True, what + (" in a user namespace" if not root else ""))
+    else:
+        say("netns", False, kernel.missing["netns"])
+    if drops_to_uid:
+        report["identity"] = "active: runs as an unprivileged uid"
+    if missing:
+        report["missing"] = "; ".join(f"{layer} ({why})" for layer, why in missing.items())
+    return confinement, report
+
+
+def _etc_rules() -> tuple[str, ...]:
+    """The parts of /etc whose whole content every user may read (cached).
+
+    A root command without capabilities still owns root's files: /etc/shadow (0640)
+    would be readable by its owner. Landlock grants rights to whole hierarchies, so /etc
+    is granted piece by piece: a world-readable file, or a directory whose every file
+    and subdirectory is world-readable; otherwise that directory's entries, recursively.
+    """
+    global _etc_cache
+    if _etc_cache is None:
+        rules: list[str] = [ETC + "/"]
+        _world_readable_parts(ETC, rules, depth=0)
+        _etc_cache = tuple(rules[:_ETC_MAX_RULES])
+    return _etc_cache
+
+
+_etc_cache: tuple[str, ...] | None = None
+
+
+def _world_readable(st: os.stat_result) -> bool:
+    need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else 0)
+    return st.st_mode & need == need
+
+
+def _subtree_world_readable(path: str) -> bool:
+    for top, dirs, files in os.walk(path):
+        for name in dirs + files:
+            try:
+                st = os.stat(os.path.join(top, name))
+            except OSError:
+                continue
+            if not _world_readable(st):
+                return False
+    return True
+
+
+def _world_readable_parts(path: str, rules: list[str], depth: int) -> None:
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return
+    for name in names:
+        full = os.path.join(path, name)
+        try:
+            st = os.stat(full)
+        except OSError:
+            continue
+        if not _world_readable(st):
+            continue
+        if not stat.S_ISDIR(st.st_mode) or _subtree_world_readable(full):
+            rules.append(full)
+        elif depth < 4:
+            rules.append(full + "/")  # the directory itself: list it, read nothing below
+            _world_readable_parts(full, rules, depth + 1)
+
+
+# --------------------------------------------------------------------------- Landlock
+
+_FS_EXECUTE = 1 << 0
+_FS_WRITE_FILE = 1 << 1
+_FS_READ_FILE = 1 << 2
+_FS_READ_DIR = 1 << 3
+_FS_REFER = 1 << 13
+_FS_TRUNCATE = 1 << 14
+_FS_IOCTL_DEV = 1 << 15
+_NET_BIND_TCP = 1 << 0
+_NET_CONNECT_TCP = 1 << 1
+_SCOPE_ABSTRACT_UNIX = 1 << 0
+_SCOPE_SIGNAL = 1 << 1
+_RULE_PATH_BENEATH = 1
+# The rights that make sense on a file (not a directory).
+_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
+
+
+def _fs_rights(abi: int) -> int:
+    rights = (1 << 13) - 1  # ABI 1: execute .. make_sym
+    if abi >= 2:
+        rights |= _FS_REFER
+    if abi >= 3:
+        rights |= _FS_TRUNCATE
+    if abi >= 5:
+        rights |= _FS_IOCTL_DEV
+    return rights
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _ruleset(c: Confinement) -> int:
+    """Create and fill the Landlock ruleset; returns its fd (close-on-exec)."""
+    handled_fs = _fs_rights(c.landlock_abi) if c.landlock_fs else 0
+    handled_net = (_NET_BIND_TCP | _NET_CONNECT_TCP) if c.landlock_net else 0
+    scoped = (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if c.landlock_scopes else 0
+    if c.landlock_abi >= 6:
+        attr = struct.pack("=QQQ", handled_fs, handled_net, scoped)
+    elif c.landlock_abi >= 4:
+        attr = struct.pack("=QQ", handled_fs, handled_net)
+    else:
+        attr = struct.pack("=Q", handled_fs)
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    fd = _libc.syscall(ctypes.c_long(SYS_landlock_create_ruleset), buf,
+                       ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))  # fmt: skip
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"landlock_create_ruleset: {os.strerror(err)}")
+    try:
+        if handled_fs:
+            read = _FS_READ_FILE | _FS_READ_DIR | _FS_EXECUTE
+            device = _FS_READ_FILE | _FS_WRITE_FILE | (_FS_TRUNCATE & handled_fs)
+            for paths, rights in (
+                (c.read_paths, read),
+                (c.write_paths, handled_fs),
+                (c.device_paths, device),
+            ):
+                for path in paths:
+                    _add_path_rule(fd, path, rights)
+    except BaseException:
+        os.close(fd)
+        raise
+    return int(fd)
+
+
+def _add_path_rule(ruleset: int, path: str, rights: int) -> None:
+    # "dir/" (see _etc_rules) grants listing the directory only.
+    if path.endswith("/") and len(path) > 1:
+        path, rights = path.rstrip("/"), _FS_READ_DIR
+    try:
+        target = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return  # absent on this machine (e.g. /lib32): nothing to grant
+    try:
+        if not stat.S_ISDIR(os.fstat(target).st_mode):
+            rights &= _FILE_RIGHTS
+        rule = _PathBeneath(rights, target)
+        done = _libc.syscall(ctypes.c_long(SYS_landlock_add_rule), ctypes.c_int(ruleset),
+                             ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule),
+                             ctypes.c_uint32(0))  # fmt: skip
+        if done < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"landlock_add_rule({path}): {os.strerror(err)}")
+    finally:
+        os.close(target)
+
+
+# --------------------------------------------------------------------------- seccomp
+
+_AUDIT_ARCH_X86_64 = 0xC000003E
+_SECCOMP_ARCH = {"x86_64": _AUDIT_ARCH_X86_64}
+# x86_64 numbers. Each has no place in a command of a sandbox: debugging other
+# processes, mounting, loading kernel code or BPF, kernel keyrings, modules, swap,
+# reboot, the clock, new namespaces, raw memory of other processes, file handles that
+# bypass path checks, io_uring (its operations bypass seccomp), userfaultfd, perf.
+DENIED_SYSCALLS: Mapping[str, int] = {
+    "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312,
+    "pidfd_getfd": 438, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
+    "fsopen": 430, "fsconfig": 431, "fsmount": 432, "move_mount": 429, "open_tree": 428,
+    "fspick": 433, "mount_setattr": 442, "swapon": 167, "swapoff": 168, "reboot": 169,
+    "sethostname": 170, "setdomainname": 171, "iopl": 172, "ioperm": 173,
+    "init_module": 175, "delete_module": 176, "finit_module": 313, "kexec_load": 246,
+    "kexec_file_load": 320, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
+    "open_by_handle_at": 304, "name_to_handle_at": 303, "keyctl": 250, "add_key": 248,
+    "request_key": 249, "settimeofday": 164, "clock_settime": 227, "adjtimex": 159,
+    "clock_adjtime": 305, "acct": 163, "quotactl": 179, "quotactl_fd": 443,
+    "lookup_dcookie": 212, "setns": 308, "unshare": 272, "vhangup": 153, "syslog": 103,
+    "uselib": 134, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+}  # fmt: skip
+_SYS_CLONE = 56
+_SYS_CLONE3 = 435
+_SYS_IOCTL = 16
+_SYS_SOCKET = 41
+_AF_UNIX = 1
+# clone() flags that create namespaces; clone3 passes its flags in memory that a filter
+# cannot read, so it fails with ENOSYS and the C library falls back to clone().
+_CLONE_NAMESPACES = (0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
+                     | 0x20000000 | 0x40000000 | 0x00000080)  # fmt: skip
+_TIOCSTI, _TIOCLINUX = 0x5412, 0x541C  # push input into a terminal
+
+_BPF_LD_W_ABS, _BPF_JEQ, _BPF_JGE, _BPF_JSET, _BPF_RET = 0x20, 0x15, 0x35, 0x45, 0x06
+_RET_ALLOW = 0x7FFF0000
+_RET_ERRNO = 0x00050000
+
+
+def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
+    """The BPF filter, as struct sock_filter[] bytes (x86_64).
+
+    deny_unix_sockets: `socket(AF_UNIX, ...)` fails too. Landlock does not govern
+    `connect` on a pathname unix socket, and a network namespace does not isolate them,
+    so without this a root command could talk to any root-owned daemon socket it can
+    name (/run/docker.sock). `socketpair` stays allowed.
+    """
+    deny_eperm = _RET_ERRNO | errno.EPERM
+    # (code, jt-label, jf-label, k); labels are resolved to relative offsets below.
+    prog: list[tuple[int, str | int, str | int, int]] = [
+        (_BPF_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
+        (_BPF_JEQ, 0, "deny", _AUDIT_ARCH_X86_64),
+        (_BPF_LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
+        (_BPF_JGE, "deny", 0, 0x40000000),  # the x32 ABI
+        (_BPF_JEQ, "clone", 0, _SYS_CLONE),
+        (_BPF_JEQ, "ioctl", 0, _SYS_IOCTL),
+        (_BPF_JEQ, "enosys", 0, _SYS_CLONE3),
+    ]
+    if deny_unix_sockets:
+        prog.append((_BPF_JEQ, "socket", 0, _SYS_SOCKET))
+    prog += [(_BPF_JEQ, "deny", 0, nr) for nr in sorted(DENIED_SYSCALLS.values())]
+    prog.append((_BPF_JEQ, "allow", "allow", 0))  # jump over the argument checks
+    labels: dict[str, int] = {"clone": len(prog)}
+    prog += [
+        (_BPF_LD_W_ABS, 0, 0, 16),  # args[0], low half: the flags
+        (_BPF_JSET, "deny", "allow", _CLONE_NAMESPACES),
+    ]
+    labels["ioctl"] = len(prog)
+    prog += [
+        (_BPF_LD_W_ABS, 0, 0, 24),  # args[1], low half: the request
+        (_BPF_JEQ, "deny", 0, _TIOCSTI),
+        (_BPF_JEQ, "deny", "allow", _TIOCLINUX),
+    ]
+    labels["socket"] = len(prog)
+    prog += [
+        (_BPF_LD_W_ABS, 0, 0, 16),  # args[0]: the address family
+        (_BPF_JEQ, "deny", "allow", _AF_UNIX),
+    ]
+    # BPF jumps only forward: the verdicts come last.
+    labels["allow"] = len(prog)
+    prog.append((_BPF_RET, 0, 0, _RET_ALLOW))
+    labels["deny"] = len(prog)
+    prog.append((_BPF_RET, 0, 0, deny_eperm))
+    labels["enosys"] = len(prog)
+    prog.append((_BPF_RET, 0, 0, _RET_ERRNO | errno.ENOSYS))
+    out = bytearray()
+    for i, (code, jt, jf, k) in enumerate(prog):
+        offsets = [labels[j] - i - 1 if isinstance(j, str) else j for j in (jt, jf)]
+        out += struct.pack("=HBBI", code, offsets[0], offsets[1], k)
+    return bytes(out)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+# --------------------------------------------------------------------------- applying
+
+_CLONE_NEWNET = 0x40000000
+_CLONE_NEWUSER = 0x10000000
+_PR_SET_SECCOMP = 22
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_SECCOMP_MODE_FILTER = 2
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP_RUNNING = 0x1 | 0x40
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def _last_cap() -> int:
+    try:
+        return int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    except (OSError, ValueError):
+        return 40
+
+
+class Prepared:
+    """A `Confinement` made ready in the process that will fork: the Landlock ruleset
+    fd, the BPF program and every structure are built here, so that `apply`, run in
+    the forked child, only makes system calls. Call `close` once the child exists (the
+    ruleset fd is close-on-exec, so the child's copy goes away at exec)."""
+
+    def __init__(self, c: Confinement) -> None:
+        self.confinement = c
+        self._ruleset = -1
+        if c.landlock_abi and (c.landlock_fs or c.landlock_net or c.landlock_scopes):
+            self._ruleset = _ruleset(c)
+        program = (
+            seccomp_program(deny_unix_sockets=c.deny_unix_sockets) if c.seccomp else b""
+        )
+        self._bpf = ctypes.create_string_buffer(program, max(len(program), 1))
+        self._fprog = _SockFprog(len(program) // 8, ctypes.addressof(self._bpf))
+        self._cap_header = struct.pack("=Ii", _LINUX_CAPABILITY_VERSION_3, 0)
+        self._cap_header_buf = ctypes.create_string_buffer(self._cap_header, 8)
+        self._cap_data_buf = ctypes.create_string_buffer(24)
+        self._caps = [ctypes.c_ulong(cap) for cap in range(_last_cap() + 1)]
+        self._ifreq = struct.pack("16sH14s", b"lo", _IFF_UP_RUNNING, b"")
+        self._uid_map = b"%d %d 1" % (c.euid, c.euid)
+        self._gid_map = b"%d %d 1" % (c.egid, c.egid)
+        self._unshare_flags = (_CLONE_NEWNET if c.new_netns else 0) | (
+            _CLONE_NEWUSER if c.new_userns else 0
+        )
+
+    # Each step raises OSError naming itself; CPython's preexec_fn machinery turns any
+    # exception into SubprocessError("Exception occurred in preexec_fn."), and the
+    # process layer reports it.
+
+    def apply_namespaces(self) -> None:
+        if not self._unshare_flags:
+            return
+        if _libc.unshare(ctypes.c_int(self._unshare_flags)) != 0:
+            raise OSError(ctypes.get_errno(), "unshare")
+        if self.confinement.new_userns:
+            for path, data in (
+                ("/proc/self/setgroups", b"deny"),
+                ("/proc/self/uid_map", self._uid_map),
+                ("/proc/self/gid_map", self._gid_map),
+            ):
+                fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, data)
+                finally:
+                    os.close(fd)
+        if self.confinement.loopback_up:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                fcntl.ioctl(s.fileno(), _SIOCSIFFLAGS, self._ifreq)
+            finally:
+                s.close()
+
+    def drop_bounding_set(self) -> None:
+        if not self.confinement.drop_capabilities:
+            return
+        for cap in self._caps:
+            if _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+                err = ctypes.get_errno()
+                if err == errno.EPERM:
+                    return  # unprivileged, no user namespace: holds none to drop
+                if err != errno.EINVAL:
+                    raise OSError(err, "PR_CAPBSET_DROP")
+
+    def drop_capabilities(self) -> None:
+        if not self.confinement.drop_capabilities:
+            return
+        if _libc.syscall(ctypes.c_long(SYS_capset), self._cap_header_buf,
+                         self._cap_data_buf) != 0:  # fmt: skip
+            raise OSError(ctypes.get_errno(), "capset")
+        _libc.prctl(_PR_CAP_AMBIENT, ctypes.c_ulong(_PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0)
+
+    def restrict(self) -> None:
+        c = self.confinement
+        if c.no_new_privs or self._ruleset >= 0 or c.seccomp:
+            if _libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
+        if self._ruleset >= 0:
+            done = _libc.syscall(ctypes.c_long(SYS_landlock_restrict_self),
+                                 ctypes.c_int(self._ruleset), ctypes.c_uint32(0))  # fmt: skip
+            if done != 0:
+                raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+        if c.seccomp:
+            if _libc.prctl(_PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER),
+                           ctypes.byref(self._fprog), 0, 0) != 0:  # fmt: skip
+                raise OSError(ctypes.get_errno(), "seccomp")
+
+    def apply(self) -> None:
+        """Everything, for a child that keeps its identity (see the module doc)."""
+        self.apply_namespaces()
+        self.drop_bounding_set()
+        self.drop_capabilities()
+        self.restrict()
+
+    def close(self) -> None:
+        if self._ruleset >= 0:
+            os.close(self._ruleset)
+            self._ruleset = -1
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except OSError:
+            pass
+
+
+def prepare(confinement: Confinement) -> Prepared:
+    """Build, before the fork, everything `Prepared.apply` needs after it."""
+    return Prepared(confinement)
+
+
+def describe_kernel() -> dict[str, object]:
+    """For `sandbox doctor`: each layer, available or not and why."""
+    kernel = detect()
+    layers: dict[str, str] = {}
+    for layer in LAYERS:
+        if kernel.has(layer):
+            detail = {
+                "landlock-fs": f"Landlock ABI {kernel.landlock_abi}",
+                "landlock-net": f"Landlock ABI {kernel.landlock_abi} (TCP bind/connect)",
+                "landlock-scopes": f"Landlock ABI {kernel.landlock_abi} (signals, "
+                "abstract unix sockets)",
+                "seccomp": f"BPF filter, {len(DENIED_SYSCALLS)} syscalls denied",
+                "capabilities": "dropped, bounding set included" if kernel.root
+                else "unprivileged (none held)",
+                "no-new-privs": "prctl(PR_SET_NO_NEW_PRIVS)",
+                "netns": "unshare(CLONE_NEWNET)" if kernel.root
+                else "unshare(CLONE_NEWUSER|CLONE_NEWNET)",
+            }[layer]
+            layers[layer] = f"available: {detail}"
+        else:
+            layers[layer] = f"unavailable: {kernel.missing[layer]}"
+    return {"landlock_abi": kernel.landlock_abi, "layers": layers}

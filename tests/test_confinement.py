@@ -1,0 +1,569 @@
+"""The second wall: every escape measured in issue 9 fails under the DEFAULT policy.
+
+Real commands through `ExecuteBashTool`, as root (this process) and as an unprivileged
+command (drop_privileges=True runs it as nobody); one test runs the whole agent as an
+unprivileged user. Each escape is checked by its effect (the file is not there, the
+listener saw no connection, the process is alive), not only by an error message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
+from sandbox.bash import confinement
+from sandbox.bash.confinement import ConfinementRequest, seccomp_program
+from sandbox.errors import ConfigurationError, PolicyFileError
+from sandbox.policies import resolve
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not ROOT, reason="the escapes were measured as root")
+needs_landlock = pytest.mark.skipif(
+    not confinement.detect().has("landlock-scopes"), reason="needs Landlock ABI >= 6"
+)
+# Whose identity the command runs under: the agent's (root) or nobody's.
+IDENTITIES = ("root", "nobody")
+
+
+def ctx() -> ToolContext:
+    return ToolContext(function_call_id="c1", tool_confirmation=ToolConfirmation(confirmed=True))
+
+
+@pytest.fixture
+def workspace() -> Iterator[Path]:
+    # Not under pytest's tmp_path (0700 for root): nobody must reach it too.
+    ws = Path(tempfile.mkdtemp(prefix="sandbox-test-ws-"))
+    ws.chmod(0o777)  # writable by nobody, for drop_privileges=True
+    try:
+        yield ws
+    finally:
+        shutil.rmtree(ws, ignore_errors=True)
+
+
+async def run(workspace: Path, command: str, identity: str = "root", **policy: Any
+              ) -> dict[str, Any]:  # fmt: skip
+    """Run `command` as a script the policy cannot see into (`bash .escape.sh`), so only
+    the OS layer stands between it and the machine."""
+    policy.setdefault("drop_privileges", identity == "nobody")
+    script = workspace / ".escape.sh"
+    script.write_text(command + "\n")
+    script.chmod(0o644)
+    tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy(**policy))
+    result: dict[str, Any] = await tool.run_async(args={"command": "bash .escape.sh"},
+                                                  tool_context=ctx())  # fmt: skip
+    return result
+
+
+@pytest.fixture
+def simulate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Set SANDBOX_CONFINEMENT_UNAVAILABLE for one test; detection is redone."""
+
+    def set_(value: str) -> None:
+        monkeypatch.setenv(confinement.UNAVAILABLE_ENV, value)
+        confinement._reset_detection_for_tests()
+
+    yield set_
+    monkeypatch.delenv(confinement.UNAVAILABLE_ENV, raising=False)
+    confinement._reset_detection_for_tests()
+
+
+# ------------------------------------------------------------------ the escape table
+
+
+@needs_root
+@needs_landlock
+@pytest.mark.parametrize("identity", IDENTITIES)
+@pytest.mark.parametrize("target", ["/var/tmp", "/root"])
+async def test_writing_outside_the_workspace_fails(workspace: Path, identity: str,
+                                                   target: str) -> None:  # fmt: skip
+    path = Path(target) / f"sandbox-escape-{uuid.uuid4().hex}"
+    try:
+        result = await run(workspace, f"echo pwned > {path}", identity)
+        assert result["returncode"] != 0
+        assert "Permission denied" in result["stderr"]
+        assert not path.exists()
+    finally:
+        path.unlink(missing_ok=True)
+
+
+@needs_root
+@needs_landlock
+@pytest.mark.parametrize("identity", IDENTITIES)
+async def test_reading_a_root_only_file_under_root_fails(workspace: Path, identity: str) -> None:
+    secret = Path("/root") / f"sandbox-secret-{uuid.uuid4().hex}"
+    secret.write_text("TOP-SECRET-VALUE\n")
+    secret.chmod(0o600)
+    try:
+        result = await run(workspace, f"cat {secret}; ls /root", identity)
+        assert "TOP-SECRET-VALUE" not in result["stdout"]
+        assert secret.name not in result["stdout"]
+        assert result["stderr"].count("Permission denied") == 2
+    finally:
+        secret.unlink()
+
+
+@needs_root
+@needs_landlock
+async def test_system_secrets_in_etc_are_not_readable_but_etc_is(workspace: Path) -> None:
+    # Root owns /etc/shadow (0640): without Landlock, a root command without
+    # capabilities could still read it as its owner.
+    result = await run(workspace, "cat /etc/shadow; head -1 /etc/passwd")
+    assert "Permission denied" in result["stderr"]
+    assert result["stdout"].startswith("root:x:0:0:")
+
+
+@needs_landlock
+@pytest.mark.parametrize("identity", IDENTITIES)
+async def test_the_agents_environment_is_unreadable(workspace: Path, identity: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    if identity == "nobody" and not ROOT:
+        pytest.skip("drop_privileges needs root")
+    result = await run(workspace, f"cat /proc/{os.getpid()}/environ | tr '\\0' '\\n'", identity)
+    assert "PATH=" not in result["stdout"]
+    assert "Permission denied" in result["stderr"]
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    server = socket.create_server(("127.0.0.1", 0))
+    server.setblocking(False)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _accepted(server: socket.socket) -> bool:
+    try:
+        conn, _ = server.accept()
+    except BlockingIOError:
+        return False
+    conn.close()
+    return True
+
+
+@pytest.mark.parametrize("identity", IDENTITIES)
+async def test_connecting_to_a_loopback_listener_fails(workspace: Path, identity: str,
+                                                       listener: socket.socket) -> None:  # fmt: skip
+    if identity == "nobody" and not ROOT:
+        pytest.skip("drop_privileges needs root")
+    port = listener.getsockname()[1]
+    result = await run(workspace, f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected",
+                       identity)  # fmt: skip
+    assert "connected" not in result["stdout"]
+    assert result["returncode"] != 0
+    assert not _accepted(listener)
+
+
+async def test_network_host_reaches_the_listener(workspace: Path,
+                                                 listener: socket.socket) -> None:  # fmt: skip
+    port = listener.getsockname()[1]
+    result = await run(workspace, f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected",
+                       network="host")  # fmt: skip
+    assert result["stdout"] == "connected\n"
+    assert _accepted(listener)
+
+
+@pytest.mark.skipif(shutil.which("python3") is None, reason="needs python3 on PATH")
+async def test_network_loopback_is_private(workspace: Path, listener: socket.socket) -> None:
+    port = listener.getsockname()[1]
+    script = (
+        "import socket\n"
+        "s = socket.create_server(('127.0.0.1', 0))\n"
+        "c = socket.create_connection(s.getsockname()); print('own server: ok')\n"
+        f"try: socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+        "except OSError as e: print('host listener:', type(e).__name__)\n"
+    )
+    (workspace / "net.py").write_text(script)
+    result = await run(workspace, "python3 net.py", network="loopback")
+    assert result["stdout"] == "own server: ok\nhost listener: ConnectionRefusedError\n", result
+    assert not _accepted(listener)
+    result = await run(workspace, "python3 net.py")  # network="none": not even its own
+    assert "own server: ok" not in result["stdout"]
+
+
+@needs_landlock
+@pytest.mark.parametrize("identity", IDENTITIES)
+async def test_killing_a_process_outside_the_tree_fails(workspace: Path, identity: str) -> None:
+    if identity == "nobody" and not ROOT:
+        pytest.skip("drop_privileges needs root")
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        result = await run(workspace, f"kill -9 {victim.pid}; kill -TERM {victim.pid}", identity)
+        assert result["stderr"].count("Operation not permitted") == 2
+        time.sleep(0.05)
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+@pytest.mark.parametrize("identity", IDENTITIES)
+async def test_no_capabilities_are_left(workspace: Path, identity: str) -> None:
+    if identity == "nobody" and not ROOT:
+        pytest.skip("drop_privileges needs root")
+    result = await run(workspace, "grep -E '^(Cap|NoNewPrivs|Seccomp:)' /proc/self/status",
+                       identity)  # fmt: skip
+    fields = dict(line.split(":\t") for line in result["stdout"].splitlines())
+    for name in ("CapInh", "CapPrm", "CapEff", "CapAmb") + (("CapBnd",) if ROOT else ()):
+        assert fields[name] == "0000000000000000", (name, fields)
+    assert fields["NoNewPrivs"] == "1"
+    assert fields["Seccomp"] == "2"
+
+
+def _survivors(marker: str) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                found.append(int(name))
+    return found
+
+
+@needs_root
+@needs_landlock
+async def test_leaving_the_cgroup_fails_and_nothing_survives(workspace: Path) -> None:
+    marker = f"301.{os.getpid()}{int(time.time() * 1000) % 100000}"
+    procs = [p for p in ("/sys/fs/cgroup/cgroup.procs", "/sys/fs/cgroup/unified/cgroup.procs",
+                         "/sys/fs/cgroup/pids/cgroup.procs",
+                         "/sys/fs/cgroup/freezer/cgroup.procs") if os.path.exists(p)]  # fmt: skip
+    assert procs
+    command = "".join(
+        f"( echo $BASHPID > {p} && echo escaped {p}; setsid sleep {marker} ) & " for p in procs
+    ) + "sleep 0.2"
+    try:
+        result = await run(workspace, command)
+        assert "escaped" not in result["stdout"]
+        assert result["stderr"].count("Permission denied") == len(procs)
+        assert _survivors(marker) == []
+    finally:
+        for pid in _survivors(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+async def test_seccomp_denies_namespaces_and_ptrace(workspace: Path) -> None:
+    result = await run(workspace, "unshare -r true; echo $?")
+    assert "Operation not permitted" in result["stderr"]
+    assert result["stdout"].strip() == "1"
+
+
+# ------------------------------------------------------------------ the filesystem
+
+
+@needs_landlock
+async def test_private_tmpdir_is_writable_and_removed(workspace: Path) -> None:
+    result = await run(workspace, 'echo "$TMPDIR"; echo x > "$TMPDIR/f" && echo ok; ls /tmp')
+    tmpdir, ok = result["stdout"].splitlines()
+    assert ok == "ok"
+    assert "Permission denied" in result["stderr"]  # /tmp itself is out of reach
+    assert not os.path.exists(tmpdir)
+    again = await run(workspace, f'echo "$TMPDIR"; ls {tmpdir}')
+    assert again["stdout"].strip() != tmpdir
+
+
+@needs_landlock
+async def test_another_workspace_is_unreachable(workspace: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "secret.txt").write_text("OTHER-SECRET")
+    result = await run(workspace, f"cat {other}/secret.txt; echo x > {other}/new")
+    assert "OTHER-SECRET" not in result["stdout"]
+    assert result["stderr"].count("Permission denied") == 2
+    assert not (other / "new").exists()
+    extra = await run(workspace, f"cat {other}/secret.txt; echo x > {other}/new",
+                      readable_paths=(str(other),))  # fmt: skip
+    assert extra["stdout"] == "OTHER-SECRET" and "Permission denied" in extra["stderr"]
+    extra = await run(workspace, f"echo x > {other}/new", writable_paths=(str(other),))
+    assert extra["returncode"] == 0 and (other / "new").read_text() == "x\n"
+
+
+@needs_landlock
+async def test_read_only_workspace_refuses_writes_the_policy_missed(workspace: Path) -> None:
+    (workspace / "a.txt").write_text("b\na\n")
+    result = await run(workspace, "cat a.txt; sort -o sorted a.txt", filesystem="read-only")
+    assert result["stdout"] == "b\na\n"
+    assert "Permission denied" in result["stderr"] and result["returncode"] != 0
+    assert not (workspace / "sorted").exists()
+
+
+@needs_landlock
+async def test_shipped_readonly_policy_is_read_only_at_the_os_level(workspace: Path) -> None:
+    (workspace / "a.txt").write_text("b\na\n")
+    shipped = BashToolPolicy.from_toml(resolve("readonly"))
+    assert not shipped.check("sort -o sorted a.txt").allowed  # the policy layer refuses it
+    # As if the policy had missed it (no program specs): the OS layer still refuses.
+    missed = dataclasses.replace(shipped, program_specs={})
+    tool = ExecuteBashTool(workspace=workspace, policy=missed)
+    result = await tool.run_async(args={"command": "sort -o sorted a.txt"}, tool_context=ctx())
+    assert "Permission denied" in result["stderr"]
+    assert not (workspace / "sorted").exists()
+
+
+@needs_landlock
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+async def test_git_readonly_still_reads_history(workspace: Path) -> None:
+    workspace.chmod(0o755)  # only root may write: commands keep root's identity
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(workspace)}  # fmt: skip
+    for argv in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "first"]):
+        subprocess.run(["git", *argv], cwd=workspace, check=True, env={**os.environ, **env})
+    tool = ExecuteBashTool(workspace=workspace,
+                           policy=BashToolPolicy.from_toml(resolve("git-readonly")))  # fmt: skip
+    for command in ("git log --oneline", "git status", "git show --stat HEAD"):
+        result = await tool.run_async(args={"command": command}, tool_context=ctx())
+        assert result["returncode"] == 0, (command, result)
+    assert "first" in result["stdout"]
+
+
+# ------------------------------------------------------------------ required / best-effort
+
+
+async def test_required_refuses_when_a_layer_is_missing(workspace: Path, simulate: Any) -> None:
+    simulate("seccomp")
+    result = await run(workspace, "touch ran", confinement="required")
+    assert "seccomp" in result["error"] and "required" in result["error"]
+    assert not (workspace / "ran").exists()
+
+
+async def test_required_refuses_without_landlock(workspace: Path, simulate: Any) -> None:
+    simulate("landlock")
+    result = await run(workspace, "touch ran", confinement="required")
+    assert "landlock-fs" in result["error"]
+    assert not (workspace / "ran").exists()
+
+
+async def test_best_effort_runs_and_says_what_is_missing(workspace: Path, simulate: Any) -> None:
+    simulate("seccomp,netns")
+    result = await run(workspace, "grep '^Seccomp:' /proc/self/status")
+    assert result["stdout"].split() == ["Seccomp:", "0"]
+    assert "seccomp" in result["confinement_missing"]
+    assert "netns" in result["confinement_missing"]
+    assert result["containment"]["seccomp"].startswith("inactive: simulated")
+    assert result["containment"]["landlock-fs"].startswith("active")
+
+
+async def test_host_network_needs_no_netns_under_required(workspace: Path,
+                                                          simulate: Any) -> None:  # fmt: skip
+    simulate("netns,landlock-net")
+    result = await run(workspace, "echo ran", confinement="required", network="host")
+    assert result["stdout"] == "ran\n"
+
+
+async def test_every_result_names_every_protection(workspace: Path) -> None:
+    result = await run(workspace, "true", max_child_processes=5)
+    report = result["containment"]
+    for layer in (*confinement.LAYERS, "process-tree", "rlimits", "max-child-processes"):
+        assert report[layer].startswith(("active", "inactive")), (layer, report)
+    assert "confinement_missing" not in result or result["confinement_missing"]
+
+
+async def test_confinement_none_runs_unconfined(workspace: Path) -> None:
+    result = await run(workspace, "grep '^Seccomp:' /proc/self/status", confinement="none")
+    assert result["stdout"].split() == ["Seccomp:", "0"]
+    assert result["containment"]["landlock-fs"].startswith("inactive")
+
+
+# ------------------------------------------------------------------ the policy fields
+
+
+def test_policy_fields_from_toml() -> None:
+    policy = BashToolPolicy.from_toml_string(
+        'allowed_command_prefixes = ["*"]\nfilesystem = "read-only"\nnetwork = "loopback"\nconfinement = "required"\n'
+        'readable_paths = ["/opt"]\nwritable_paths = ["/srv/cache"]\n'
+    )
+    assert (policy.filesystem, policy.network, policy.confinement) == (
+        "read-only", "loopback", "required")
+    assert policy.readable_paths == ("/opt",) and policy.writable_paths == ("/srv/cache",)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('network = "internet"', '"none", "loopback", "host"'),
+    ('filesystem = "rw"', '"read-write", "read-only"'),
+    ('confinement = "strict"', '"best-effort", "required", "none"'),
+    ('readable_paths = ["relative/dir"]', "absolute path"),
+])  # fmt: skip
+def test_bad_confinement_fields_name_the_fix(text: str, expected: str) -> None:
+    with pytest.raises(PolicyFileError, match="is invalid") as err:
+        BashToolPolicy.from_toml_string('allowed_command_prefixes = ["*"]\n' + text)
+    assert expected in str(err.value)
+
+
+def test_bad_confinement_fields_in_python() -> None:
+    with pytest.raises(ConfigurationError, match="network='wan' is invalid"):
+        BashToolPolicy(network="wan")
+    with pytest.raises(ConfigurationError, match=r"readable_paths=.*one string"):
+        BashToolPolicy(readable_paths="/opt")  # type: ignore[arg-type]
+
+
+def test_confinement_is_plain_picklable_data(workspace: Path) -> None:
+    import pickle
+
+    from sandbox.bash.child import ChildSetup
+
+    planned, _ = confinement.plan(ConfinementRequest(), workspace=str(workspace), tmpdir=None)
+    setup = ChildSetup(rlimits=((1, 2),), confinement=planned)
+    assert pickle.loads(pickle.dumps(setup)) == setup
+
+
+def test_seccomp_program_is_well_formed() -> None:
+    program = seccomp_program()
+    assert len(program) % 8 == 0 and len(program) // 8 < 256
+
+
+# ------------------------------------------------------------------ an unprivileged agent
+
+_AGENT = """
+import asyncio, json, os, pathlib, sys
+from sandbox.bash.process import Limits, run_bash
+from sandbox.bash.confinement import ConfinementRequest
+ws = pathlib.Path(sys.argv[1])
+victim = int(sys.argv[2])
+async def main():
+    out = {}
+    for name, cmd in [("caps", "grep -E '^Cap(Eff|Bnd)' /proc/self/status"),
+                      ("write", "echo x > /var/tmp/sandbox-nobody-$$; echo $?"),
+                      ("environ", f"cat /proc/{os.getpid()}/environ | wc -c"),
+                      ("kill", f"kill -9 {victim}; echo $?"),
+                      ("net", "exec 3<>/dev/tcp/127.0.0.1/" + sys.argv[3] + "; echo $?")]:
+        r = await run_bash(cmd, cwd=ws, env={"PATH": "/usr/bin:/bin"}, timeout=10,
+                           limits=Limits(), confinement=ConfinementRequest())
+        out[name] = r.stdout
+        out["tree"] = r.containment
+    print(json.dumps(out))
+asyncio.run(main())
+"""
+
+
+@needs_root
+@needs_landlock
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+async def test_an_unprivileged_agent_confines_its_commands(listener: socket.socket) -> None:  # fmt: skip
+    # The agent itself runs as nobody, on the system's python3 with this checkout and its
+    # installed dependencies on sys.path (the venv's interpreter lives under /root).
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    site = [p for p in sys.path if p.endswith("site-packages") and os.access(p, os.R_OK)]
+    if python is None or not site:
+        pytest.skip("needs a system python3 and readable site-packages")
+    ws = Path(tempfile.mkdtemp(prefix="sandbox-test-agent-"))
+    ws.chmod(0o777)
+    repo = Path(__file__).resolve().parent.parent
+    victim = subprocess.Popen(["setpriv", "--reuid", "65534", "--regid", "65534",
+                               "--clear-groups", "sleep", "60"])  # fmt: skip
+    try:
+        done = subprocess.run(
+            ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", python,
+             "-c", _AGENT, str(ws), str(victim.pid), str(listener.getsockname()[1])],
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join([str(repo), *site])},
+            capture_output=True, text=True, timeout=50, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        out = json.loads(done.stdout)
+        assert out["caps"].split() == ["CapEff:", "0" * 16, "CapBnd:", "0" * 16]
+        assert out["write"].strip() == "1"
+        assert out["environ"].strip() == "0"
+        assert out["kill"].strip() == "1"
+        assert out["net"].strip() == "1"
+        assert victim.poll() is None
+        assert not _accepted(listener)
+    finally:
+        victim.kill()
+        victim.wait()
+        shutil.rmtree(ws, ignore_errors=True)
+
+
+@needs_root
+async def test_root_cannot_raise_its_limits_or_set_the_clock(workspace: Path) -> None:
+    result = await run(workspace, "ulimit -H -v unlimited; echo $?; date -s @0; echo $?",
+                       max_memory_bytes=1 << 30)  # fmt: skip
+    assert result["stdout"].split("\n")[0] == "1"
+    assert result["stdout"].split()[-1] == "1"
+    assert result["stderr"].count("Operation not permitted") == 2
+
+
+@pytest.mark.skipif(shutil.which("python3") is None, reason="needs python3 on PATH")
+async def test_unix_sockets_outside_are_unreachable_unless_network_host(workspace: Path) -> None:
+    # Landlock does not govern connect() on a pathname unix socket, and a network
+    # namespace does not isolate them: the seccomp filter refuses socket(AF_UNIX).
+    sockdir = Path(tempfile.mkdtemp(prefix="sandbox-test-sock-"))
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(str(sockdir / "daemon.sock"))
+        server.listen()
+        server.setblocking(False)
+        script = (
+            "import socket\n"
+            "a, b = socket.socketpair(); print('socketpair: ok')\n"
+            "s = socket.socket(socket.AF_UNIX)\n"
+            f"s.connect({str(sockdir / 'daemon.sock')!r}); print('connected')\n"
+        )
+        (workspace / "unix.py").write_text(script)
+        result = await run(workspace, "python3 unix.py")
+        assert result["stdout"] == "socketpair: ok\n"
+        assert "PermissionError" in result["stderr"]
+        assert not _accepted(server)
+        result = await run(workspace, "python3 unix.py", network="host")
+        assert result["stdout"] == "socketpair: ok\nconnected\n"
+    finally:
+        server.close()
+        shutil.rmtree(sockdir, ignore_errors=True)
+
+
+@needs_landlock
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+async def test_an_unreachable_home_becomes_the_private_tmpdir(workspace: Path) -> None:
+    # git dies on a configuration file it may not read; /root is out of reach.
+    workspace.chmod(0o755)
+    subprocess.run(["git", "init", "-q"], cwd=workspace, check=True)
+    result = await run(workspace, 'echo "$HOME"; git status --short; echo "rc=$?"',
+                       env={"PATH": "/usr/bin:/bin", "HOME": "/root"})  # fmt: skip
+    home, *rest = result["stdout"].splitlines()
+    assert home.startswith(tempfile.gettempdir()) and "sandbox-tmp-" in home
+    assert rest[-1] == "rc=0", result
+    assert "HOME=/root" in result["containment"]["home"]
+    kept = await run(workspace, 'echo "$HOME"', env={"PATH": "/usr/bin:/bin",
+                                                     "HOME": str(workspace)})  # fmt: skip
+    assert kept["stdout"].strip() == str(workspace)
+
+
+@pytest.mark.parametrize("layer", confinement.LAYERS)
+async def test_each_missing_layer_is_refused_under_required_and_reported_otherwise(
+    workspace: Path, simulate: Any, layer: str
+) -> None:
+    simulate(layer)
+    refused = await run(workspace, "touch ran", confinement="required")
+    assert layer in refused["error"] and not (workspace / "ran").exists()
+    ran = await run(workspace, "touch ran")
+    assert ran["returncode"] == 0 and (workspace / "ran").exists()
+    assert layer in ran["confinement_missing"]
+    state = ran["containment"][layer]
+    if layer == "no-new-privs":  # Landlock and seccomp cannot be had without it
+        assert state == "active: set anyway: Landlock and seccomp need it"
+    else:
+        assert state.startswith("inactive: simulated"), state
+
+
+@needs_landlock
+async def test_a_missing_extra_path_is_reported(workspace: Path) -> None:
+    result = await run(workspace, "true", readable_paths=("/nonexistent/tools",))
+    assert "not found, so not granted: /nonexistent/tools" in result["containment"]["landlock-fs"]

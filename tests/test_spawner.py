@@ -1,0 +1,140 @@
+"""The spawner: commands are forked by a helper process, never by the agent, and die
+with the agent whatever kills it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sandbox.bash.process import Limits, run_bash
+from sandbox.bash.spawner import Spawner
+from sandbox.errors import SandboxError
+
+pytestmark = pytest.mark.anyio
+
+_AGENT = r"""
+import anyio, pathlib, sys
+from sandbox.bash.process import run_bash, Limits
+from sandbox.bash.spawner import Spawner
+async def main():
+    print(Spawner.shared().pid, flush=True)
+    await run_bash(sys.argv[2], cwd=pathlib.Path(sys.argv[1]), env={"PATH": "/usr/bin:/bin"},
+                   timeout=60, limits=Limits())
+anyio.run(main)
+"""
+
+
+def _with_marker(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def _argv0(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
+        return ""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_agent_takes_every_command_tree_with_it(how: int, tmp_path: Path) -> None:
+    marker = f"sleep-{uuid.uuid4().hex}"
+    command = f"setsid -f bash -c 'exec -a {marker} sleep 300'; exec -a {marker}-main sleep 300"
+    agent = subprocess.Popen([sys.executable, "-c", _AGENT, str(tmp_path), command],
+                             stdout=subprocess.PIPE, text=True)
+    assert agent.stdout is not None
+    spawner_pid = int(agent.stdout.readline())
+    deadline = time.monotonic() + 20
+    running = 0
+    while running < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+        # Both have exec'd (a cmdline read mid-exec can come back empty).
+        running = sum(_argv0(pid) in (marker, f"{marker}-main") for pid in _with_marker(marker))
+    assert running == 2, "the command did not start"
+    agent.send_signal(how)
+    agent.wait(timeout=10)
+    died_at = time.monotonic()
+    while _with_marker(marker) and time.monotonic() - died_at < 2:
+        time.sleep(0.005)
+    assert _with_marker(marker) == [], "a command survived its agent"
+    assert time.monotonic() - died_at < 1.0
+    while not _gone(spawner_pid) and time.monotonic() - died_at < 5:
+        time.sleep(0.01)
+    assert _gone(spawner_pid), "the spawner outlived its agent"
+
+
+async def test_a_spawner_killed_mid_command_is_a_clear_error_and_the_next_one_works(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    import anyio
+
+    pid = Spawner.shared().pid
+    threading.Timer(0.3, os.kill, (pid, signal.SIGKILL)).start()
+    started = time.monotonic()
+    with pytest.raises(SandboxError, match="spawner"), anyio.fail_after(20):
+        await run_bash("sleep 30", cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
+                       timeout=60, limits=Limits())
+    assert time.monotonic() - started < 5, "the command in flight waited for its own end"
+    result = await run_bash("echo again", cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
+                            timeout=10, limits=Limits())
+    assert result.stdout == "again\n"
+
+
+async def test_many_commands_at_once_and_no_descriptor_leaks(tmp_path: Path) -> None:
+    import anyio
+
+    await run_bash("true", cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, timeout=10,
+                   limits=Limits())
+    before = len(os.listdir("/proc/self/fd"))
+    results: list[str] = []
+
+    async def one(i: int) -> None:
+        r = await run_bash(f"echo {i}", cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
+                           timeout=10, limits=Limits(max_file_size_bytes=1 << 20))
+        results.append(r.stdout)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(one, i)
+    assert sorted(results) == sorted(f"{i}\n" for i in range(20))
+    assert len(os.listdir("/proc/self/fd")) <= before  # nothing left open per command
+
+
+def test_the_agent_never_forks_itself_for_a_confined_command(tmp_path: Path) -> None:
+    # A child forked from this process would share its pid namespace parent: the
+    # command's parent is the spawner, not us.
+    import anyio
+
+    async def main() -> str:
+        r = await run_bash("cat /proc/$$/stat", cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
+                           timeout=10, limits=Limits(max_memory_bytes=1 << 30))
+        return r.stdout
+
+    stat = anyio.run(main)
+    ppid = int(stat.rsplit(")", 1)[1].split()[1])
+    assert ppid != os.getpid()
