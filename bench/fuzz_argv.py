@@ -1,0 +1,450 @@
+"""Differential fuzzer: what bash really runs versus what ``BashToolPolicy.check`` allowed.
+
+Commands are generated from a grammar covering every quoting form ('...', "...",
+$'...', $"...", backslashes), parameter, arithmetic, brace and tilde expansion,
+[[ ]], (( )), comments, here-documents, arrays, case, command and process
+substitution, coproc, functions, line continuations and control characters; then
+mutated by inserting bytes that move token boundaries (quotes, ``#``, ``;``,
+backslashes, ``$``, parentheses).
+
+The oracle is bash itself, run harmlessly: PATH holds only recorder stubs (every
+program name the grammar can produce is a ``/bin/sh`` script that appends its argv
+to a log), in a scratch directory, with no startup files and stdin closed. The
+policy allows the stubs ``a`` and ``b`` and the builtins ``echo``, ``true``,
+``[``; everything else (the stubs ``x``, ``y``, ``touch``, ``id``) must never run.
+
+A case is a **divergence** when ``check`` allowed it and bash ran a program that
+``check`` did not report as an allowed simple command (same name, and the same
+argv when every word of the reported command was a literal).
+
+Only allowed cases reach bash. They run in batches: one ``bash`` per batch that
+runs each case as ``( source FILE )``. ``source`` reads the file into a string and
+hands it to ``parse_and_execute``, the same routine ``bash -c STRING`` uses, in a
+forked subshell of a non-interactive bash with the same default options, so the
+parse is the one ``bash -c`` would make; each case's stubs log under its own
+``FZ_CASE`` number. A batch that hangs is re-run case by case with a deadline.
+
+    python bench/fuzz_argv.py --cases 400000 --seed 21 --jobs 2
+
+A second oracle beside bench/fuzz_policy.py (which compares the programs bash ran, and
+the builtins, with empty PATH and nothing executed): this one runs stub programs and
+compares their argv too, so it finds arguments `check` never saw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sandbox.bash.policy import BashToolPolicy
+
+ALLOWED = ("a", "b", "echo", "true", "[")
+STUBS = ("a", "b", "x", "y", "touch", "id", "cat", "ls")
+POLICY = BashToolPolicy(allowed_command_prefixes=ALLOWED, blocked_operators=())
+
+# ---------------------------------------------------------------------------
+# The grammar
+
+_JUNK = [*list(";|&#'\"\\$`(){}[]<>=~!*? \t\n"), "\\\n", "$'", '$"', "$(", "${", "<(", "=~", "]]", "[[", "\r", "\x0b", "#", "'\\''"]
+_SQ_POOL = [*list('ab;|&#"\\$`(){} x\n'), "\\'", "'\\''"]
+_ANSI_POOL = ["a", ";", "\\\\", "\\'", "\\x27", "\\n", "\\047", "\\c'", "\\u0027", " x", "#", "\\", "\""]
+_DQ_POOL = ["a", ";", "'", "\\\"", "\\\\", "\\$", "$x", "${x}", "#", " x", "\\`", "|"]
+
+
+@dataclass
+class _Gen:
+    rng: random.Random
+    depth: int = 0
+    heredocs: list[str] = field(default_factory=list)
+
+    def pick(self, items: list[str] | tuple[str, ...]) -> str:
+        return items[self.rng.randrange(len(items))]
+
+    def name(self) -> str:
+        r = self.rng.random()
+        if r < 0.8:
+            return self.pick(("a", "b", "echo", "true"))
+        return self.pick(("x", "y", "touch", "id", "cat", "ls"))
+
+    def word(self) -> str:
+        parts = [self.word_part() for _ in range(1 + int(self.rng.random() < 0.3))]
+        return "".join(parts)
+
+    def word_part(self) -> str:
+        rng = self.rng
+        r = rng.randrange(30)
+        deep = self.depth < 3
+        if r < 5:
+            return self.pick(("p", "x", "-n", "--k=v", "f.txt", "1", "y"))
+        if r == 5:
+            return "'" + "".join(self.pick(_SQ_POOL) for _ in range(rng.randrange(4))).replace("'", "") + "'"
+        if r == 6:
+            return "$'" + "".join(self.pick(_ANSI_POOL) for _ in range(rng.randrange(4))) + "'"
+        if r == 7:
+            return '"' + "".join(self.dq_part() for _ in range(rng.randrange(4))) + '"'
+        if r == 8:
+            return '$"' + "".join(self.pick(_DQ_POOL) for _ in range(rng.randrange(3))) + '"'
+        if r == 9:
+            return "\\" + self.pick(list(";|&#'\"$ a\\(){}<>"))
+        if r == 10:
+            return self.pick(("$x", "${x}", "${#x}", "${x:-w}", "${x#a}", "${x/a/b}", "$1", "$@", "${x:-$(", "${arr[1]}"))
+        if r == 11 and deep:
+            self.depth += 1
+            inner = self.word()
+            self.depth -= 1
+            return self.pick(("${x:-", "${x:+", "${x#", "${x%")) + inner + "}"
+        if r == 12:
+            return self.pick(("$((1+2))", "$[1]", "$(( 3 ))", "$((1<2))"))
+        if r == 13:
+            return self.pick(("{a,b}", "{1..2}", "~", "~/p", "x{,y}", "{ }", "{  }"))
+        if r in (14, 15) and deep:
+            return "$(" + self.list_() + ")"
+        if r == 16 and deep:
+            return "`" + self.simple() + "`"
+        if r == 17 and deep:
+            return self.pick(("<(", ">(")) + self.simple() + ")"
+        if r == 18:
+            return self.pick(("#", "#c", "=~", "==", "]]", "[[", "!", "{", "}", "in", "do", "esac", "fi"))
+        if r == 19:
+            return self.pick(("*", "?", "[ab]", "@(a|b)", "+(x)"))
+        if r == 20:
+            return self.pick(("x=1", "a[1]=2", "PATH=.", "k+=v"))
+        return self.pick(("p", "q", "-l", "z"))
+
+    def dq_part(self) -> str:
+        r = self.rng.randrange(8)
+        if r == 0 and self.depth < 3:
+            self.depth += 1
+            s = "$(" + self.simple() + ")"
+            self.depth -= 1
+            return s
+        if r == 1 and self.depth < 3:
+            return "`" + self.simple() + "`"
+        if r == 2:
+            return "${x:-'" + self.pick(_DQ_POOL) + "'}"
+        return self.pick(_DQ_POOL)
+
+    def redirect(self) -> str:
+        r = self.rng.randrange(7)
+        if r == 0:
+            return ">o.txt"
+        if r == 1:
+            return "2>&1"
+        if r == 2:
+            return "<<<" + self.word()
+        if r == 3:
+            delim = self.pick(("EOF", "'EOF'", '"E"', "\\E", "E"))
+            plain = delim.strip("'\"\\")
+            body = self.pick(("hi", "$(x)", "`x`", "${x}", "a;x", "$(a)", "\\$(x)"))
+            self.heredocs.append(body + "\n" + plain)
+            return self.pick(("<<", "<<-", "<< ")) + delim
+        if r == 4:
+            return "<f.txt"
+        if r == 5:
+            return ">>o.txt"
+        return "&>/dev/null"
+
+    def simple(self) -> str:
+        words = [self.name()]
+        for _ in range(self.rng.randrange(4)):
+            words.append(self.redirect() if self.rng.random() < 0.12 else self.word())
+        if self.rng.random() < 0.08:
+            words.insert(0, self.pick(("v=1", "PATH=.", "LC_ALL=C")))
+        return " ".join(words)
+
+    def command(self) -> str:
+        rng = self.rng
+        if self.depth >= 3:
+            return self.simple()
+        self.depth += 1
+        try:
+            r = rng.randrange(24)
+            if r == 0:
+                return f"if {self.simple()}; then {self.list_()}; fi"
+            if r == 1:
+                return f"for v in {self.word()} {self.word()}; do {self.list_()}; done"
+            if r == 2:
+                return f"case {self.word()} in {self.word()}|p) {self.list_()};; *) {self.simple()};; esac"
+            if r == 3:
+                return f"[[ {self.word()} {self.pick(('=~', '==', '!=', '<', '-eq'))} {self.word()} ]]"
+            if r == 4:
+                return f"(( {self.pick(('1+2', 'x<3', 'a[1]', '1 ? 2 : 3'))} ))"
+            if r == 5:
+                return "{ " + self.list_() + "; }"
+            if r == 6:
+                return "( " + self.list_() + " )"
+            if r == 7:
+                return "f() { " + self.list_() + "; }"
+            if r == 8:
+                return "coproc " + self.simple()
+            if r == 9:
+                return self.pick(("time ", "! ", "function g { ", "arr=(")) + self.simple() + self.pick(("", "", "; }", ")"))
+            if r == 10:
+                return "arr=(" + self.word() + " " + self.word() + ")"
+            if r == 11:
+                return f"for (( i=0; i<1; i++ )); do {self.simple()}; done"
+            if r == 12:
+                return f"until true; do {self.simple()}; done"
+            return self.simple()
+        finally:
+            self.depth -= 1
+
+    def list_(self) -> str:
+        out = [self.command()]
+        for _ in range(self.rng.randrange(3)):
+            out.append(self.pick((";", " ; ", " && ", " || ", " | ", "\n", " & ", " |& ", " \\\n", ";;")))
+            out.append(self.command())
+        return "".join(out)
+
+    def script(self) -> str:
+        self.heredocs = []
+        text = self.list_()
+        if self.heredocs:
+            text += "\n" + "\n".join(self.heredocs)
+        rng = self.rng
+        for _ in range(rng.choice((0, 0, 1, 1, 2, 3))):
+            pos = rng.randrange(len(text) + 1)
+            text = text[:pos] + self.pick(_JUNK) + text[pos:]
+        if rng.random() < 0.3:
+            text += self.pick((";x", "\nx", " #;x", ";\\\nx", " x"))
+        return text
+
+
+def cases(seed: int, count: int) -> Iterator[str]:
+    gen = _Gen(random.Random(seed))
+    for _ in range(count):
+        yield gen.script()
+
+
+# ---------------------------------------------------------------------------
+# Expected: what check reported and allowed
+
+
+def reported(command: str) -> list[tuple[str, tuple[str | None, ...]]] | None:
+    """The simple commands ``check`` allowed, as (name, argv values), or None when it
+    blocked ``command``."""
+    decision, script = POLICY._decide(command)
+    if not decision.allowed or script is None:
+        return None
+    out = []
+    for cmd in script.commands:
+        if cmd.words:
+            out.append((cmd.words[0].value or "", tuple(w.value for w in cmd.words)))
+    return out
+
+
+def explained(argv: list[str], allowed: list[tuple[str, tuple[str | None, ...]]]) -> bool:
+    for name, values in allowed:
+        if name != argv[0]:
+            continue
+        if any(v is None for v in values):
+            return True
+        if list(values) == argv:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------
+# The oracle
+
+_STUB = '#!/bin/sh\nprintf \'%s\\037\' "$FZ_RS$FZ_CASE" "${0##*/}" "$@" >> "$FZ_LOG"\n'
+
+
+class Oracle:
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="fuzz-policy-"))
+        self.bin = self.root / "bin"
+        self.bin.mkdir()
+        for name in STUBS:
+            stub = self.bin / name
+            stub.write_text(_STUB)
+            stub.chmod(0o755)
+        self.cases_dir = self.root / "cases"
+        self.cases_dir.mkdir()
+        self.work = self.root / "work"
+        self.work.mkdir()
+        (self.work / "f.txt").write_text("f\n")
+        self.log = self.root / "log"
+        self.bash = shutil.which("bash") or "/bin/bash"
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _env(self, case: str) -> dict[str, str]:
+        return {
+            "PATH": str(self.bin),
+            "FZ_LOG": str(self.log),
+            "FZ_RS": "\x1e",
+            "FZ_CASE": case,
+            "HOME": str(self.work),
+            "LC_ALL": "C.UTF-8",
+        }
+
+    def run(self, commands: list[str], timeout: float = 10.0) -> dict[int, list[list[str]]]:
+        """Run every command; return the stub argvs each one executed."""
+        self.log.write_bytes(b"")
+        lines = []
+        for i, command in enumerate(commands):
+            path = self.cases_dir / str(i)
+            path.write_bytes(command.encode("utf-8", "surrogateescape"))
+            lines.append(
+                f"export FZ_CASE={i}; ( ulimit -t 1; builtin source {path} ) </dev/null >/dev/null 2>&1"
+            )
+        driver = "\n".join(lines) + "\n"
+        proc = subprocess.Popen(
+            [self.bash, "--norc", "--noprofile", "-c", driver, "fuzz"],
+            cwd=self.work, env=self._env(""), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return self._one_by_one(commands)
+        _kill_group(proc)  # anything a case left running in the background
+        time.sleep(0.02)  # process substitutions may still be logging
+        return self._read()
+
+    def _one_by_one(self, commands: list[str]) -> dict[int, list[list[str]]]:
+        self.log.write_bytes(b"")
+        for i, command in enumerate(commands):
+            proc = subprocess.Popen(
+                [self.bash, "--norc", "--noprofile", "-c", command],
+                cwd=self.work, env=self._env(str(i)), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            )
+            try:
+                proc.wait(2)
+            except subprocess.TimeoutExpired:
+                pass
+            _kill_group(proc)
+        time.sleep(0.02)
+        return self._read()
+
+    def _read(self) -> dict[int, list[list[str]]]:
+        runs: dict[int, list[list[str]]] = {}
+        raw = self.log.read_bytes().decode("utf-8", "surrogateescape")
+        for record in raw.split("\x1e")[1:]:
+            fields = record.split("\x1f")
+            if fields and fields[-1] == "":
+                fields.pop()
+            if len(fields) < 2 or not fields[0].isdigit():
+                continue
+            runs.setdefault(int(fields[0]), []).append(fields[1:])
+        return runs
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the process group this oracle started (its own session) and reap it."""
+    try:
+        os.killpg(proc.pid, 9)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+@dataclass
+class Result:
+    cases: int = 0
+    allowed: int = 0
+    executed: int = 0
+    divergences: list[tuple[str, list[str]]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def fuzz(seed: int, count: int, batch: int = 400) -> Result:
+    result = Result()
+    oracle = Oracle()
+    start = time.perf_counter()
+    try:
+        pending: list[tuple[str, list[tuple[str, tuple[str | None, ...]]]]] = []
+
+        def flush() -> None:
+            runs = oracle.run([c for c, _ in pending])
+            for i, (command, allowed) in enumerate(pending):
+                for argv in runs.get(i, []):
+                    result.executed += 1
+                    if not explained(argv, allowed):
+                        result.divergences.append((command, argv))
+            pending.clear()
+
+        for command in cases(seed, count):
+            result.cases += 1
+            allowed = reported(command)
+            if allowed is None:
+                continue
+            result.allowed += 1
+            pending.append((command, allowed))
+            if len(pending) >= batch:
+                flush()
+        if pending:
+            flush()
+    finally:
+        oracle.close()
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", type=int, default=10000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (seeds seed..seed+jobs-1)")
+    parser.add_argument("--chunk", type=int, default=20000, help="cases per work unit")
+    args = parser.parse_args(argv)
+    units = [(args.seed * 1_000_003 + k, min(args.chunk, args.cases - k * args.chunk))
+             for k in range((args.cases + args.chunk - 1) // args.chunk)]
+    total = Result()
+    start = time.perf_counter()
+    if args.jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(args.jobs) as pool:
+            results = pool.map(_unit, units)
+            for done, r in enumerate(results, 1):
+                _add(total, r)
+                _progress(total, done, len(units), start)
+    else:
+        for done, unit in enumerate(units, 1):
+            _add(total, _unit(unit))
+            _progress(total, done, len(units), start)
+    print(f"cases={total.cases} allowed={total.allowed} executed_programs={total.executed} "
+          f"divergences={len(total.divergences)} seconds={time.perf_counter() - start:.0f}")
+    for command, argv_ in total.divergences[:50]:
+        print(f"DIVERGENCE {command!r} ran {argv_!r}")
+    return 1 if total.divergences else 0
+
+
+def _unit(unit: tuple[int, int]) -> Result:
+    return fuzz(unit[0], unit[1])
+
+
+def _add(total: Result, r: Result) -> None:
+    total.cases += r.cases
+    total.allowed += r.allowed
+    total.executed += r.executed
+    total.divergences += r.divergences
+
+
+def _progress(total: Result, done: int, units: int, start: float) -> None:
+    print(f"[{done}/{units}] cases={total.cases} allowed={total.allowed} "
+          f"executed={total.executed} divergences={len(total.divergences)} "
+          f"{time.perf_counter() - start:.0f}s", flush=True)
+    for command, argv_ in total.divergences[-3:]:
+        print(f"  DIVERGENCE {command!r} ran {argv_!r}", flush=True)
+
+
+if __name__ == "__main__":
+    os.nice(0)
+    sys.exit(main())
