@@ -34,6 +34,9 @@ LS = BashToolPolicy(allowed_command_prefixes=("ls", "cat", "echo", "wc", "grep")
         (LS, "ls <([[ ]]<(touch /tmp/p) =~ x ]])", None),
         (LS, "[[ $[1+2]a\\\n || ~ ]] | touch ]]", None),
         (LS, "ls $\n@touch", None),
+        (BashToolPolicy(allowed_command_prefixes=("[", "ls")), "[b];ls -n", "glob word"),
+        (BashToolPolicy(allowed_command_prefixes=("[", "ls")), "ls & [ab]", "glob word"),
+        (BashToolPolicy(allowed_command_prefixes=("[", "ls")), "[ -f x]", "glob word"),
     ],
 )
 def test_a_divergence_is_refused_naming_the_construct(

@@ -218,6 +218,8 @@ class _Checker:
         elif node.is_named:
             self.word(kind, start, end, arithmetic=arithmetic, test=test)
         else:
+            if kind in ("[", "]") and node.parent is not None and node.parent.type == "test_command":
+                self.bracket(kind, start, end)
             self.token(kind, start, end, arithmetic=arithmetic, test=test)
         self.pos = end
 
@@ -252,6 +254,15 @@ class _Checker:
             i += 1
         if end > start and _ends_escaped(data, end) and end < len(data) and data[end] in _BLANKS:
             self.fail("a backslash before a blank joins two words for bash", end - 1)
+
+    def bracket(self, kind: str, start: int, end: int) -> None:
+        """``[ … ]``: bash runs the ``[`` builtin only when ``[`` and ``]`` are words of
+        their own; ``[b]`` is a glob, which runs a program named ``b`` if the directory
+        holds such a file."""
+        data = self.data
+        after = data[end] if end < len(data) else 0x20
+        if not self.word_start(start) or after not in _META:
+            self.fail(f"{kind!r} glued to other text (bash reads a glob word, not a test)", start)
 
     def token(self, kind: str, start: int, end: int, *, arithmetic: bool, test: bool) -> None:
         data = self.data
