@@ -209,7 +209,7 @@ class _Checker:
             if close + 1 != end:
                 self.fail("a single-quoted string that bash ends elsewhere", start)
         elif kind == "ansi_c_string":
-            if _ansi_c_end(data, start + 2) != end:
+            if _quoted_end(data, start + 2, 0x27) != end:
                 self.fail("an ANSI-C $'...' string that bash ends elsewhere", start)
         elif kind == "heredoc_body":
             pass  # a quoted here-document's body: data, checked by the parse module
@@ -382,7 +382,7 @@ class _Checker:
                 i = close + 1
                 continue
             if b == 0x22:
-                j = _dq_end(data, i + 1, end)
+                j = _quoted_end(data, i + 1, 0x22, end)
                 if j < 0:
                     self.fail("a double quote inside ${...} that bash ends elsewhere", i)
                 if any(i < s < j for s in subs):
@@ -457,30 +457,18 @@ def _ends_escaped(data: bytes, end: int) -> bool:
     return n % 2 == 1
 
 
-def _ansi_c_end(data: bytes, i: int) -> int:
-    """The end (exclusive) of ``$'…'`` whose content starts at ``i``: a backslash
-    escapes the next byte, the first other single quote ends it."""
-    n = len(data)
+def _quoted_end(data: bytes, i: int, quote: int, limit: int | None = None) -> int:
+    """The end (exclusive) of a quoted span whose content starts at ``i``, where a
+    backslash escapes the next byte and the first other ``quote`` byte ends it (the
+    rule of ``$'…'``, and of ``"…"`` when it holds no substitution); -1 when it does
+    not end before ``limit``."""
+    n = len(data) if limit is None else limit
     while i < n:
         b = data[i]
         if b == 0x5C:
             i += 2
             continue
-        if b == 0x27:
-            return i + 1
-        i += 1
-    return -1
-
-
-def _dq_end(data: bytes, i: int, limit: int) -> int:
-    """The end (exclusive) of a double-quoted span whose content starts at ``i``,
-    if it contains no substitution; -1 when it does not end before ``limit``."""
-    while i < limit:
-        b = data[i]
-        if b == 0x5C:
-            i += 2
-            continue
-        if b == 0x22:
+        if b == quote:
             return i + 1
         i += 1
     return -1
