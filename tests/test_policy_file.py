@@ -239,5 +239,7 @@ def test_python_dev_policy_runs_tests_without_asking_and_asks_to_commit() -> Non
 
 def test_python_dev_policy_environment_holds_no_secrets() -> None:
     policy = BashToolPolicy.from_toml(POLICIES / "python-dev.toml")
-    assert set(policy.env) <= {"PATH", "LANG", "PYTHONDONTWRITEBYTECODE", "GIT_PAGER", "GIT_EDITOR"}
+    named = {n for n in policy.env if not n.startswith("GIT_CONFIG_")}  # config overrides
+    assert named <= {"PATH", "LANG", "PYTHONDONTWRITEBYTECODE", "GIT_PAGER", "GIT_EDITOR"}
+    assert policy.env["GIT_CONFIG_KEY_0"] == "core.fsmonitor"
     assert policy.inherit_env == ()
