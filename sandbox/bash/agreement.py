@@ -73,6 +73,19 @@ _NOT_TARGET = frozenset({
     "pipeline", "list", "command", "redirected_statement", "file_redirect",
     "heredoc_redirect", "herestring_redirect", "subshell", "compound_statement",
 })  # fmt: skip
+# Nodes that are one whole word for bash where their parent lists words.
+_WORDISH = frozenset({
+    "word", "concatenation", "string", "raw_string", "ansi_c_string", "translated_string",
+    "simple_expansion", "expansion", "command_substitution", "arithmetic_expansion",
+    "number", "process_substitution", "extglob_pattern",
+})  # fmt: skip
+# Parents whose word children bash reads as separate words (tokens).
+_WORD_LISTS = frozenset({
+    "command", "command_name", "file_redirect", "herestring_redirect", "for_statement",
+    "select_statement", "declaration_command", "unset_command", "test_command",
+    "binary_expression", "unary_expression", "parenthesized_expression",
+    "case_statement", "case_item", "array", "variable_assignment",
+})  # fmt: skip
 _RESERVED = frozenset({
     "if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until",
     "do", "done", "in", "function", "time", "coproc", "{", "}", "!", "[[", "]]",
@@ -135,6 +148,9 @@ class _Checker:
 
     def node(self, node: Node, *, arithmetic: bool, test: bool) -> None:
         kind = node.type
+        if (not arithmetic and kind in _WORDISH and node.parent is not None
+                and node.parent.type in _WORD_LISTS):
+            self.word_end(node, test=test)
         if node.child_count == 0:
             self.leaf(node, kind, arithmetic=arithmetic, test=test)
             return
@@ -169,11 +185,48 @@ class _Checker:
         for child in node.children:
             self.node(child, arithmetic=arithmetic, test=test)
 
+    def word_end(self, node: Node, *, test: bool) -> None:
+        """A whole word ends where bash ends it: at a blank, an operator or the end of
+        the input (``a <<<$'x'\\&`` is one here-string word for bash, two words for
+        tree-sitter); a word of digits just before ``<`` or ``>`` is a file descriptor
+        for bash, and ``{name}`` there names one."""
+        data = self.data
+        end = node.end_byte
+        i = end
+        while data.startswith(b"\\\n", i):
+            i += 2
+        if i >= len(data):
+            return
+        after = data[i]
+        if after in b"<>":
+            text = data[node.start_byte : end].lstrip(b" \t\n")
+            if text.isdigit() or (
+                text[:1] == b"{" and text[-1:] == b"}" and text[1:-1].replace(b"_", b"a").isalnum()
+            ):
+                self.fail(
+                    "a word glued to a redirection (bash reads it as the redirection's "
+                    "file descriptor)", node.start_byte)
+            return
+        if after in _META or (after == 0x60 and _in_backquotes(node, data)):
+            return
+        if after in b"[]" and test:
+            return  # a test's bracket or ']]' glued to a word: named where it is read
+        self.fail("one word for bash that the parser read as two (no blank between them)", end)
+
     def redirect_targets(self, node: Node, kind: str) -> None:
         """bash passes the words after a redirection's target to the command as
         arguments (``git log >/dev/null --output=x`` runs ``git log --output=x``);
         tree-sitter-bash hangs them on the redirection, out of every argv check."""
         targets = [c for c in node.named_children if c.type not in _NOT_TARGET]
+        if kind == "file_redirect" and targets:
+            op = next((c for c in node.children if not c.is_named), None)
+            text = self.data[targets[0].start_byte : targets[0].end_byte].lstrip(b" \t\n")
+            closes = op is not None and op.type in ("<&-", ">&-")
+            if closes or (op is not None and op.type in ("<&", ">&") and text[:1] == b"-"
+                          and len(text) > 1):
+                self.fail(
+                    "'-' after '<&' or '>&' closes the descriptor for bash, and the rest "
+                    "of the word is an argument", targets[0].start_byte)
         first_extra = 0 if kind == "heredoc_redirect" else 1
         if len(targets) > first_extra:
             self.fail(
@@ -278,6 +331,8 @@ class _Checker:
             return
         if test and text in (b"|", b"&", b";", b"|&", b";;", b"&>", b">>", b"<<", b"<<<"):
             self.fail(f"{text.decode()!r} inside [[ ]], which bash does not accept there", start)
+        if text in (b"<&-", b">&-") and data.startswith(text, start):
+            return  # bash reads '<&' then '-': the same redirection
         if text and text[0] in _META:
             read = next((op for op in _OPERATORS if data.startswith(op, start)), b"")
             if read != text:
@@ -423,6 +478,9 @@ class _Checker:
         while i < len(data):
             b = data[i]
             if b == 0x5C:
+                if i + 1 < len(data) and data[i + 1] == 0x0A:
+                    # bash joins the lines even inside quotes within `…`
+                    self.fail("a line continuation inside a backquoted command", i)
                 i += 2
                 continue
             if b == 0x60:
@@ -430,6 +488,15 @@ class _Checker:
             i += 1
         if i + 1 != node.end_byte:
             self.fail("a backquoted command that bash ends elsewhere", start)
+
+
+def _in_backquotes(node: Node, data: bytes) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if parent.type == "command_substitution" and data[parent.start_byte] == 0x60:
+            return True
+        parent = parent.parent
+    return False
 
 
 def _starts_arith(node: Node) -> bool:
