@@ -216,3 +216,24 @@ def test_word_values_follow_bash(word: str, value: str | None) -> None:
 def test_ordinary_redirections_and_fd_duplications_still_pass() -> None:
     for command in ("a 2>&1", "a x 2>/dev/null", "a >&2", "a <&-", "a 2>&-", "a `b c`", "echo \"`b c`\""):
         assert AB.check(command).allowed, (command, AB.check(command))
+
+
+@pytest.mark.parametrize(
+    ("command", "construct"),
+    [
+        # bash's delimiter is 'EOF<newline>': the command line goes on after it
+        ("b x <<'EOF\n' && coproc a --k=v?\n${x}\nEOF", "delimiter"),
+        # bash gives the first body ($(x), expanded) to the first operator
+        ('true <<-E | b 1 ${x#$"\' x"-l} << "E"\n$(x)\nE\na;x\nE', "another order"),
+    ],
+)
+def test_here_documents_bash_reads_differently_are_refused(command: str, construct: str) -> None:
+    decision = AB.check(command)
+    assert not decision.allowed, command
+    assert decision.rule == "R9" and construct in decision.reason, decision.reason
+
+
+def test_ordinary_here_documents_still_pass() -> None:
+    for command in ("a <<EOF\nx\nEOF", "a <<'EOF'\n$(x)\nEOF", 'a <<-"E"\n\tx\n\tE',
+                    "a <<A | b\n1\nA"):
+        assert AB.check(command).allowed, (command, AB.check(command))

@@ -104,6 +104,7 @@ def check_agreement(root: Node, data: bytes) -> Disagreement | None:
     try:
         checker.node(root, arithmetic=False, test=False)
         checker.gap(len(data))
+        checker.heredoc_order()
     except _Found as found:
         return found.found
     except RecursionError:
@@ -115,6 +116,8 @@ class _Checker:
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.pos = 0  # end of the last byte accounted for
+        # (operator byte, body byte) of every here-document, in tree order
+        self.heredocs: list[tuple[int, int]] = []
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -173,6 +176,10 @@ class _Checker:
             self.fail("']]' read as a word inside [[ ]] (bash ends the test there)", node.start_byte)
         if kind in _REDIRECTS:
             self.redirect_targets(node, kind)
+        if kind == "heredoc_redirect":
+            body = next((c for c in node.children if c.type == "heredoc_body"), None)
+            if body is not None:
+                self.heredocs.append((node.start_byte, body.start_byte))
         if kind in _ONE_WORD:
             children = node.children
             for before, after in itertools.pairwise(children):
@@ -184,6 +191,41 @@ class _Checker:
             test = True
         for child in node.children:
             self.node(child, arithmetic=arithmetic, test=test)
+
+    def heredoc_order(self) -> None:
+        """bash reads the bodies of the here-documents of one line in the order their
+        operators appear; tree-sitter can hand a later body to an earlier operator,
+        and then an expanding body (``$(x)``) looks like a quoted one."""
+        by_operator = sorted(self.heredocs)
+        bodies = [body for _, body in by_operator]
+        for (operator, body), following in zip(by_operator, bodies[1:], strict=False):
+            if following < body:
+                self.fail("here-document bodies in another order than their operators",
+                          operator)
+
+    def heredoc_start(self, start: int, end: int) -> None:
+        """A here-document's delimiter is one whole word for bash: its quotes close
+        inside it (``<<'EOF<newline>'`` is a delimiter with a newline in it, and
+        the command line goes on after it), and an operator or blank ends it."""
+        data = self.data
+        i = start
+        while i < end:
+            b = data[i]
+            if b == 0x5C:
+                i += 2
+                continue
+            if b in (0x27, 0x22):
+                close = _quoted_end(data, i + 1, b, end) if b == 0x22 else (
+                    data.find(b"'", i + 1, end) + 1 or -1)
+                if close <= 0:
+                    self.fail("a here-document delimiter whose quote bash ends elsewhere", i)
+                i = close
+                continue
+            if b in _META or b == 0x60 or b == 0x24:
+                self.fail("a here-document delimiter bash reads differently", i)
+            i += 1
+        if i != end or (end < len(data) and data[end] not in _META):
+            self.fail("a here-document delimiter bash reads differently", end)
 
     def word_end(self, node: Node, *, test: bool) -> None:
         """A whole word ends where bash ends it: at a blank, an operator or the end of
@@ -278,8 +320,11 @@ class _Checker:
 
     def word(self, kind: str, start: int, end: int, *, arithmetic: bool, test: bool) -> None:
         data = self.data
-        if kind in ("heredoc_start", "heredoc_end"):
-            return  # delimiters: checked by the parse module
+        if kind == "heredoc_start":
+            self.heredoc_start(start, end)
+            return
+        if kind == "heredoc_end":
+            return  # the end line: checked by the parse module
         if test and data[start:end] == b"]]":
             self.fail("']]' read as a word inside [[ ]] (bash ends the test there)", start)
         if data[start] == 0x23 and self.word_start(start) and not arithmetic:
