@@ -70,7 +70,7 @@ def test_a_value_bash_evaluates_splits_or_assigns_is_refused(
     "command",
     [
         'grep -e "$x" f.txt', 'cat "./$f"', "cat ./*.py", "ls -- $d", "[[ 1 -eq 2 ]]",
-        "[[ 0x1f -gt 3 ]]", "echo \"${x:-default}\"", "echo \"${x[1]}\"", "cat < f.txt",
+        "[[ 0x1f -gt 3 ]]", "grep -e \"${x:-default}\" f.txt", "cat -- \"${x[1]}\"", "cat < f.txt",
         "echo hi > out.txt", "wc -l <<< \"$x\"",
     ],
 )
