@@ -179,34 +179,293 @@ PROGRAM_SYNTAX: dict[str, ProgramSyntax] = {
 
 # ---------------------------------------------------------------------------
 # Analyzers: checks of script arguments that a pattern cannot express.
+#
+# sed: a reader of GNU sed 4.9's own script grammar (compile.c: compile_program,
+# match_slash, snarf_char_class, read_text, read_label, read_filename,
+# mark_subst_opts), written from that grammar. It reads every command the way sed
+# does and refuses the ones that run a program (``e``, ``s///e``) or write a file
+# (``w``, ``W``, ``s///w``). Where sed would stop with an error the script runs
+# nothing at all (sed compiles the whole script first), so such a script may be
+# refused or not; the reader refuses it, naming what it could not read.
 
-_SED_SIMPLE = frozenset("dDgGhHnNpPxz=Fl")
+
+class _SedScript:
+    """A cursor over a sed script, with GNU sed's inchar/savchar/in_nonblank."""
+
+    __slots__ = ("i", "s")
+
+    def __init__(self, script: str) -> None:
+        self.s = script
+        self.i = 0
+
+    def get(self) -> str:
+        """The next character, or "" at the end (sed's EOF)."""
+        if self.i < len(self.s):
+            self.i += 1
+            return self.s[self.i - 1]
+        return ""
+
+    def unget(self, ch: str) -> None:
+        if ch:
+            self.i -= 1
+
+    def nonblank(self) -> str:
+        ch = self.get()
+        while ch in (" ", "\t"):
+            ch = self.get()
+        return ch
+
+    def integer(self, ch: str) -> None:
+        while ch.isascii() and ch.isdigit():
+            ch = self.get()
+        self.unget(ch)
+
+    def char_class(self) -> str:
+        """After '[' in a regex: up to its ']' (returned), or the newline or end that
+        leaves it open. A backslash is literal here, and so is the delimiter."""
+        state = 0  # 1 after '[', 2 inside [. [: [=, 3 after its closing . : =
+        delim = ""
+        ch = self.get()
+        if ch == "^":
+            ch = self.get()
+        if ch == "]":
+            ch = self.get()
+        while True:
+            if ch in ("", "\n"):
+                return ch
+            if ch in ".:=":
+                if state == 1:
+                    delim, state = ch, 2
+                    ch = self.get()
+                    continue
+                if state == 2 and ch == delim:
+                    state = 3
+                    ch = self.get()
+                    continue
+            elif ch == "[":
+                if state == 0:
+                    state = 1
+                ch = self.get()
+                continue
+            elif ch == "]":
+                if state in (0, 1):
+                    return ch
+                if state == 3:
+                    state = 0
+            state &= ~1
+            ch = self.get()
+
+    def delimited(self, slash: str, regex: bool) -> bool:
+        """Read up to the closing ``slash`` (match_slash); False if it is missing."""
+        while True:
+            ch = self.get()
+            if ch in ("", "\n"):
+                return False
+            if ch == slash:
+                return True
+            if ch == "\\":
+                if self.get() == "":
+                    return False
+            elif ch == "[" and regex and self.char_class() != "]":
+                return False
+
+    def end_of_command(self) -> str | None:
+        ch = self.nonblank()
+        if ch in ("}", "#"):
+            self.unget(ch)
+        elif ch not in ("", "\n", ";"):
+            return f"extra characters after a sed command ({ch!r})"
+        return None
+
+    def label(self) -> None:
+        ch = self.nonblank()
+        while ch not in ("", "\n", " ", "\t", ";", "}", "#"):
+            ch = self.get()
+        self.unget(ch)
+
+    def to_end_of_line(self) -> None:
+        ch = self.get()
+        while ch not in ("", "\n"):
+            ch = self.get()
+
+    def text(self) -> None:
+        """The text of a, i or c: to a newline no backslash escapes (read_text)."""
+        ch = self.get()
+        while ch not in ("", "\n"):
+            if ch == "\\" and self.get() == "":
+                return
+            ch = self.get()
+
+    def address(self, ch: str) -> str | bool:
+        """Read one address starting with ``ch``: True if there was one, False if
+        not (nothing read), or what is wrong with it."""
+        if ch in ("/", "\\"):
+            if ch == "\\":
+                ch = self.get()
+            if not _sed_delimiter(ch) or not self.delimited(ch, True):
+                return "an unterminated or unreadable sed address regex"
+            ch = self.nonblank()
+            while ch in ("I", "M"):
+                ch = self.nonblank()
+            self.unget(ch)
+            return True
+        if ch.isascii() and ch.isdigit():
+            self.integer(ch)
+            ch = self.nonblank()
+            if ch == "~":
+                self.integer(self.nonblank())
+            else:
+                self.unget(ch)
+            return True
+        if ch in ("+", "~"):
+            self.integer(self.nonblank())
+            return True
+        return ch == "$"
 
 
-def _skip_regex(s: str, i: int, delim: str) -> int:
-    """Index after the closing ``delim`` of a sed regex starting at ``i``; -1 if
-    unterminated. A delimiter inside a bracket expression is literal (GNU sed)."""
-    n = len(s)
+def _sed_delimiter(ch: str) -> bool:
+    # sed refuses a newline or a multibyte delimiter in a UTF-8 locale, but reads a
+    # non-ASCII one byte by byte in the C locale: both are refused here.
+    return ch != "" and ch != "\n" and ch.isascii()
+
+
+def sed_script_danger(script: str) -> str | None:
+    """Why a sed script is unsafe (the ``e`` command or ``s///e`` run commands,
+    ``w``/``W`` and ``s///w`` write files), or None. The script is read as GNU sed
+    4.9 reads it; what sed would refuse to compile is refused too."""
+    r = _SedScript(script)
+    while True:
+        ch = r.get()
+        while ch == ";" or (ch != "" and ch in " \t\n\v\f\r"):
+            ch = r.get()
+        if ch == "":
+            return None
+        found = r.address(ch)
+        if isinstance(found, str):
+            return found
+        if found:
+            ch = r.nonblank()
+            if ch == ",":
+                second = r.address(r.nonblank())
+                if second is not True:
+                    return second or "a sed address range without its second address"
+                ch = r.nonblank()
+        if ch == "!":
+            ch = r.nonblank()
+        problem = _sed_command(r, ch)
+        if problem is not None:
+            return problem
+
+
+def _sed_command(r: _SedScript, ch: str) -> str | None:
+    if ch == "#":
+        r.to_end_of_line()
+    elif ch in ("v", ":", "b", "t", "T"):
+        r.label()
+    elif ch == "{":
+        pass
+    elif ch == "}":
+        return r.end_of_command()
+    elif ch == "e":
+        return "the sed 'e' command runs a shell command"
+    elif ch in ("w", "W"):
+        return f"the sed '{ch}' command writes a file"
+    elif ch in ("a", "i", "c"):
+        lead = r.nonblank()
+        if lead == "":
+            return f"a sed '{ch}' command without its text"
+        if lead == "\\":
+            r.get()  # 'a\' then one character taken as it is (a newline, or text)
+        else:
+            r.unget(lead)
+        r.text()
+    elif ch in ("q", "Q", "l", "L"):
+        ch = r.nonblank()
+        if ch.isascii() and ch.isdigit():
+            r.integer(ch)
+        else:
+            r.unget(ch)
+        return r.end_of_command()
+    elif ch in "=dDFgGhHnNpPzx" and ch:
+        return r.end_of_command()
+    elif ch in ("r", "R"):
+        r.to_end_of_line()  # the file name: read, not written
+    elif ch == "s":
+        slash = r.get()
+        if not _sed_delimiter(slash) or not r.delimited(slash, True) \
+                or not r.delimited(slash, False):
+            return "an unterminated or unreadable sed s command"
+        return _sed_s_flags(r)
+    elif ch == "y":
+        slash = r.get()
+        if not _sed_delimiter(slash) or not r.delimited(slash, False) \
+                or not r.delimited(slash, False):
+            return "an unterminated or unreadable sed y command"
+        return r.end_of_command()
+    elif ch == "":
+        return "a sed address without a command"
+    else:
+        return f"a sed command this check does not know ({ch!r})"
+    return None
+
+
+def _sed_s_flags(r: _SedScript) -> str | None:
+    while True:
+        ch = r.nonblank()
+        if ch == "e":
+            return "the s///e flag runs the result as a shell command"
+        if ch == "w":
+            return "the s///w flag writes a file"
+        if ch in ("i", "I", "m", "M", "p", "g"):
+            continue
+        if ch.isascii() and ch.isdigit():
+            r.integer(ch)
+            continue
+        if ch in ("}", "#"):
+            r.unget(ch)
+            return None
+        if ch in ("", "\n", ";"):
+            return None
+        if ch == "\r" and r.get() == "\n":
+            return None
+        return f"an s command flag sed does not know ({ch!r})"
+
+
+# awk: the danger is in the program's code, not in its strings, regular expressions
+# and comments; but where a regular expression starts depends on the grammar ('/' is
+# also division) and differs between awks. So the reader does not guess: at every
+# '/' it follows every reading (a regex to its closing '/', with and without
+# bracket expressions, and a division unless no operand ends before the '/' on its
+# line), and a program is refused when any reading
+# that lexes reaches code that can run a program or write a file, in mawk (Debian's
+# awk) and gawk alike:
+#
+# - ``system`` and ``getline`` anywhere in code (also inside a longer name);
+# - a pipe ``|`` (``print | "cmd"``, ``"cmd" | getline``, gawk's ``|&``); ``||`` is
+#   the logical or;
+# - ``>`` (``print > "file"``, ``>>``): a comparison is refused with it, and the
+#   message says to write it the other way round (``b < a``);
+# - ``@`` (gawk's ``@load``, ``@include``, indirect calls ``@f()``);
+# - a backslash before a newline, anywhere (a continued line or string).
+#
+# A string is a '"' to the next '"' no backslash escapes; a newline ends every
+# string and regex with an error, and so does the end of the program: such a
+# reading is dropped (awk would not run it). A program no reading lexes is refused.
+
+_AWK_WORDS = ("system", "getline")
+_AWK_BUDGET = 4_000_000  # characters scanned over all readings before giving up
+
+
+def _awk_string_end(p: str, i: int) -> int:
+    """Index after the string that starts at ``p[i] == '"'``; -1 if it never ends."""
+    n = len(p)
+    i += 1
     while i < n:
-        ch = s[i]
+        ch = p[i]
         if ch == "\\":
             i += 2
             continue
-        if ch == "[":
-            j = i + 1
-            if j < n and s[j] == "^":
-                j += 1
-            if j < n and s[j] == "]":
-                j += 1
-            while j < n and s[j] != "]":
-                if s[j] == "[" and j + 1 < n and s[j + 1] in ":.=":
-                    close = s.find(s[j + 1] + "]", j + 2)
-                    j = close + 2 if close >= 0 else n
-                    continue
-                j += 1
-            i = j + 1
-            continue
-        if ch == delim:
+        if ch == '"':
             return i + 1
         if ch == "\n":
             return -1
@@ -214,147 +473,144 @@ def _skip_regex(s: str, i: int, delim: str) -> int:
     return -1
 
 
-def _skip_sed_address(s: str, i: int) -> int:
-    n = len(s)
-    for part in range(2):
-        while i < n and s[i] in " \t":
-            i += 1
-        if i >= n:
-            return i
-        ch = s[i]
-        if ch.isdigit() or (part == 1 and ch in "+~"):
-            i += 1
-            while i < n and (s[i].isdigit() or s[i] == "~"):
-                i += 1
-        elif ch == "$":
-            i += 1
-        elif ch == "/" or ch == "\\":
-            if ch == "\\":
-                if i + 1 >= n:
-                    return -1
-                delim, i = s[i + 1], i + 2
-            else:
-                delim, i = "/", i + 1
-            i = _skip_regex(s, i, delim)
-            if i < 0:
-                return -1
-            while i < n and s[i] in "IM":
-                i += 1
-        elif part == 0:
-            return i
-        else:
-            return -1
-        while i < n and s[i] in " \t":
-            i += 1
-        if part == 0 and i < n and s[i] == ",":
-            i += 1
-            continue
-        return i
-    return i
-
-
-def sed_script_danger(script: str) -> str | None:
-    """Why a sed script is unsafe (the ``e`` command or ``s///e`` run commands,
-    ``w``/``W`` and ``s///w`` write files), or None. Anything this small parser
-    does not understand counts as unsafe."""
-    s = script
-    n = len(s)
-    i = 0
-    while i < n:
-        ch = s[i]
-        if ch in " \t\n;}":
-            i += 1
-            continue
-        if ch == "#":
-            end = s.find("\n", i)
-            i = n if end < 0 else end + 1
-            continue
-        i = _skip_sed_address(s, i)
-        if i < 0:
-            return "an unterminated sed address"
-        while i < n and s[i] in " \t!":
-            i += 1
-        if i >= n:
-            return None
-        ch = s[i]
-        if ch == "{":
-            i += 1
-        elif ch == "e":
-            return "the sed 'e' command runs a shell command"
-        elif ch in "wW":
-            return "the sed 'w' command writes a file"
-        elif ch == "s" or ch == "y":
-            if i + 1 >= n or s[i + 1] in "\n\\":
-                return "an s command sed reads differently"
-            delim = s[i + 1]
-            i = _skip_regex(s, i + 2, delim)
-            if i < 0:
-                return "an unterminated s command"
-            while i < n and s[i] != delim:
-                if s[i] == "\\":
-                    i += 1
-                i += 1
-            if i >= n:
-                return "an unterminated s command"
-            i += 1
-            if ch == "y":
-                continue
-            while i < n and s[i] not in ";\n}#":
-                flag = s[i]
-                if flag == "e":
-                    return "the s///e flag runs the result as a shell command"
-                if flag == "w":
-                    return "the s///w flag writes a file"
-                if flag not in "gpiImM0123456789 \t":
-                    return f"an s command flag sed may read differently ({flag!r})"
-                i += 1
-        elif ch in "aic":
-            # Text to the end of the line, continued by a trailing backslash.
-            while i < n:
-                end = s.find("\n", i)
-                if end < 0:
-                    i = n
-                    break
-                if end > 0 and s[end - 1] == "\\":
-                    i = end + 1
-                    continue
-                i = end + 1
+def _awk_regex_ends(p: str, i: int) -> set[int]:
+    """Indexes after the regex that may start at ``p[i] == '/'``: read as mawk reads
+    it (a '/' ends it) and as gawk does (not inside a bracket expression)."""
+    ends = set()
+    for brackets in (False, True):
+        j = i + 1
+        n = len(p)
+        in_class = False
+        while j < n:
+            ch = p[j]
+            if ch == "\n":
                 break
-        elif ch in "rR":
-            end = s.find("\n", i)  # the file name runs to the end of the line
-            i = n if end < 0 else end + 1
-        elif ch in ":btTv":
-            # GNU sed 4.9 ends a label (or v's version) at a blank, ";" or a
-            # newline: ":a e cmd" runs cmd.
-            i += 1
-            while i < n and s[i] in " \t":
-                i += 1
-            while i < n and s[i] not in "; \t\n":
-                i += 1
-        elif ch in "qQlL":
-            i += 1
-            while i < n and (s[i].isdigit() or s[i] in " \t"):
-                i += 1
-        elif ch in _SED_SIMPLE:
-            i += 1
-        else:
-            return f"a sed command this check does not know ({ch!r})"
-    return None
+            if ch == "\\":
+                j += 2
+                continue
+            if brackets and not in_class and ch == "[":
+                in_class = True
+                j += 1
+                if j < n and p[j] == "^":
+                    j += 1
+                if j < n and p[j] == "]":
+                    j += 1
+                continue
+            if in_class:
+                if ch == "[" and j + 1 < n and p[j + 1] in ":.=":
+                    close = p.find(p[j + 1] + "]", j + 2)
+                    if close < 0 or "\n" in p[j:close]:
+                        break
+                    j = close + 2
+                    continue
+                if ch == "]":
+                    in_class = False
+                j += 1
+                continue
+            if ch == "/":
+                ends.add(j + 1)
+                break
+            j += 1
+    return ends
 
 
-_AWK_DANGER = re.compile(
-    # "@" covers @load, @include and gawk's indirect calls (f = "system"; @f("id")).
-    r"system\s*\(|\||\bgetline\b|@|\b(print|printf)\b[^;{}\n]*>",
-)
+def _awk_operand_before(p: str, i: int) -> bool:
+    """Could the '/' at ``p[i]`` be a division: does an operand (a name, a number, a
+    string, a regex, ')', ']', or 'x++') end before it on the same line? A newline
+    ends a statement, so a '/' after one starts a regex."""
+    j = i - 1
+    while j >= 0 and p[j] in " \t\r\f\v":
+        j -= 1
+    return j >= 0 and (p[j].isalnum() or p[j] in "_)]\"/.+-" or not p[j].isascii())
 
 
 def awk_program_danger(program: str) -> str | None:
-    """Why an awk program is unsafe: ``system()``, pipes to or from commands,
-    ``getline``, output redirection, or loading extensions."""
-    match = _AWK_DANGER.search(program)
-    if match is None:
-        return None
-    return f"the awk program uses {match.group(0).strip()!r}, which can run commands or write files"
+    """Why an awk program is unsafe: ``system()``, ``getline``, pipes to or from
+    commands, output redirection (``>``, ``>>``), ``@`` (loading extensions or
+    source, indirect calls), or a backslash-newline; or None."""
+    p = program
+    n = len(p)
+    if "\\\n" in p or "\\\r" in p:
+        return ("the awk program continues a line with a backslash; join the lines "
+                "(this check reads awk code line by line)")
+    # Each reading is at a position with its depth of braces and parentheses: '>' is
+    # a comparison, never a redirection, outside every action's braces (a pattern)
+    # and inside parentheses (mawk and gawk redirect only at depth 0 of a print).
+    states: list[set[tuple[int, int]] | None] = [None] * (n + 1)
+    states[0] = {(0, 0)}
+    work = 0
+
+    def reach(pos: int, state: tuple[int, int]) -> None:
+        at = states[pos]
+        if at is None:
+            states[pos] = {state}
+        else:
+            at.add(state)
+
+    for i in range(n):
+        here = states[i]
+        if not here:
+            continue
+        states[i] = None
+        work += len(here)
+        ch = p[i]
+        if ch == '"':
+            end = _awk_string_end(p, i)
+            work += (end if end > 0 else n) - i
+            for state in here:
+                if end > 0:
+                    reach(end, state)
+            continue
+        if ch == "#":
+            end = p.find("\n", i)
+            for state in here:
+                reach(n if end < 0 else end, state)
+            continue
+        nxt = i + 1
+        if ch == "/":
+            ends = _awk_regex_ends(p, i)
+            work += max(ends, default=n) - i
+            for end in ends:
+                for state in here:
+                    reach(end, state)
+            if not _awk_operand_before(p, i):
+                continue  # no division here: only the regex reading
+        elif ch == "|":
+            if not p.startswith("||", i):
+                return ("the awk program uses '|', a pipe to or from a command "
+                        "(write 'a || b' for the logical or)")
+            nxt = i + 2
+        elif ch == ">":
+            if any(braces and not parens for braces, parens in here):
+                return ("the awk program uses '>' in an action, where it may redirect "
+                        "output to a file; for a comparison write it in parentheses "
+                        "('($1 > 2)') or the other way round ('b < a' for 'a > b')")
+        elif ch == "@":
+            return ("the awk program uses '@' (gawk's @load, @include or an indirect "
+                    "call), which can load code or call system")
+        elif ch in "{}()":
+            for braces, parens in here:
+                braces += (ch == "{") - (ch == "}")
+                parens += (ch == "(") - (ch == ")")
+                if braces < 0 or parens < 0:
+                    continue  # awk would not run it: this reading is dropped
+                if braces > 64 or parens > 64:
+                    return "the awk program nests too deeply for this check"
+                reach(nxt, (braces, parens))
+            continue
+        else:
+            for word in _AWK_WORDS:
+                if p.startswith(word, i):
+                    return (f"the awk program uses {word!r}, which can run commands or "
+                            "read from them")
+        if work > _AWK_BUDGET:
+            return "the awk program is too complex for this check; simplify it"
+        for state in here:
+            reach(nxt, state)
+    if not states[n]:
+        return ("the awk program has a string or regular expression that does not end, "
+                "or unbalanced braces or parentheses; this check cannot read it")
+    return None
 
 
 def _sed_scripts(words: Sequence[Word]) -> list[Word]:
