@@ -246,7 +246,8 @@ def test_every_spec_reads_options_as_its_program_does(repo: Path) -> None:
 
 
 @pytest.mark.parametrize("command", [
-    "tree -Lo 2 M", "tree -Po x M", "tree -Io x M", "tree -dL 2", "tree -L2 .", "git log -n1", "git log -pn 1",
+    "tree -Lo 2 M", "tree -Po x M", "tree -Io x M", "tree -dL 2", "tree -L2 .", "tree -ad .",
+    "git log -n1", "git log -pn 1", "git log -pi",
 ])
 def test_a_spec_without_bundles_refuses_them(command: str) -> None:
     policy = "git-readonly" if command.startswith("git") else "readonly"
@@ -263,7 +264,7 @@ def test_tree_really_reads_bundles_its_own_way(tmp_path: Path) -> None:
     assert (tmp_path / "M").exists()
     policy = BashToolPolicy.from_toml(resolve("readonly"))
     assert policy.check("tree -L 2 -a .").allowed
-    assert policy.check("tree -ad -L 2 .").allowed  # flags alone bundle as getopt's do
+    assert not policy.check("tree -ad .").allowed  # one option per word
 
 
 @pytest.mark.parametrize(("policy", "command"), [

@@ -908,6 +908,17 @@ DEFAULT_HARDENING: tuple[HardeningRule, ...] = (
             "runs a program file)",
         )
     ),
+    *(
+        rule
+        for awk in ("awk", "gawk")
+        for rule in _rows(
+            awk,
+            ("-o", "--pretty-print", "-p", "--profile", "-d", "--dump-variables", "-D",
+             "--debug"),
+            "writes a file (gawk's pretty-print, profile or variable dump) or starts "
+            "gawk's debugger",
+        )
+    ),
     # remote shells and pagers
     *_rows("ssh", ("-o", "-F"), "ssh options such as ProxyCommand and LocalCommand run commands"),
     *_rows("scp", ("-o", "-F", "-S"), "ssh options such as ProxyCommand run commands"),

@@ -69,8 +69,9 @@ class ProgramSpec:
     of their own (``"git log"``). ``any_options`` lets any option through (for
     programs that run code by design: ``python3``); ``examples`` gives a sample
     value for value options, used by the tests that run every allowed option.
-    ``bundles = false``: a short option that takes a value stands alone, its value in
-    the next word (tree reads ``-Lo 2 M`` as ``-L 2 -o M``, not as getopt's ``-L o``).
+    ``bundles = false`` takes one short option per word, a value in the next word
+    (tree reads ``-Lo 2 M`` as ``-L 2 -o M``, not as getopt's ``-L o``); only an
+    optional value is glued (``-U3``).
     """
 
     name: str
@@ -362,13 +363,11 @@ def _option(spec: ProgramSpec, words: Sequence[Word], i: int,
         return 0, _unlisted(spec, name)
     if value[1:].isdigit() and "-NUM" in options:
         return 1, None  # head -5, grep -3: the obsolete numeric form
-    if not spec.bundles and len(value) > 2 and any(
-            options.get("-" + c, _NONE) != _NONE for c in value[1:]):
+    if not spec.bundles and len(value) > 2 and options.get(value[:2]) != _OPTIONAL:
         return 0, SpecViolation(spec.name, value,
                                 f"{value!r}: the {spec.name!r} spec takes one short option per "
-                                f"word where one takes a value, its value in the next word "
-                                f"('-a -L 2', not '-aL2'): {spec.name} reads such bundles "
-                                "differently from getopt")
+                                f"word, its value in the next word ('-a -L 2', not '-aL2'): "
+                                f"{spec.name} reads bundles differently from getopt")
     # A bundle of short options: each letter a flag, until one that takes a value,
     # which takes the rest of the word (or the next word).
     j = 1
