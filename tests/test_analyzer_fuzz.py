@@ -10,7 +10,9 @@ mawk (Debian's awk) and by gawk, in a scratch directory, with PATH holding only 
 stub ``touch`` that logs its call: a command run through the shell either calls the
 stub (the generated commands are all ``touch MARK``, and so is the input line, which
 ``e`` and ``s///e`` run) or makes sh say "not found". Nothing may run and no file may
-appear. The harness is checked too: refused cases do run commands.
+appear. The harness is checked too: refused cases do run commands. Two oracles see
+what a run does not reach: GNU sed --sandbox (refuses e and w when it compiles) and
+gawk's debugger dump of the compiled program (system, getline, redirections, pipes).
 
 A CI budget of a few thousand cases; SANDBOX_FUZZ_CASES raises it for a long run.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import subprocess
 import tempfile
@@ -169,6 +172,45 @@ def test_awk_programs_the_analyzer_accepts_run_and_write_nothing(tmp_path: Path)
         return [[awk, chunks[0], "in.txt"] for awk in awks if awk]
 
     _differential(tmp_path, _awk_case, awk_program_danger, argvs, seed=8)
+
+
+_GAWK_DANGER = re.compile(r'Op_builtin\s+:\s+system\b|redir_type = " [^"]|Op_K_getline|'
+                          r"Op_indirect_func_call")
+
+
+def test_awk_programs_the_analyzer_accepts_compile_to_no_dangerous_op_in_gawk(
+        tmp_path: Path) -> None:
+    """gawk's debugger dumps the compiled program before it runs: no call of system,
+    no getline, no redirection or pipe, reached or not (a pattern that never matches
+    hides a system() from the run above)."""
+    gawk = shutil.which("gawk")
+    if gawk is None:
+        pytest.fail("install gawk (scripts/test.sh does) to fuzz the awk analyzer")
+    rng = random.Random(10)
+    programs = []
+    for _ in range(CASES):
+        (program,) = _awk_case(rng)
+        if awk_program_danger(program) is None:
+            programs.append(program)
+
+    def dump(job: tuple[int, str]) -> tuple[str, str]:
+        path = tmp_path / f"p{job[0]}.awk"
+        path.write_text(job[1])
+        proc = subprocess.run([gawk, "-D", "-f", str(path)], input="dump\nquit\n",
+                              capture_output=True, text=True, errors="replace", timeout=10,
+                              cwd=tmp_path, env={"PATH": "/nonexistent"}, check=False)
+        return job[1], proc.stdout
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        dumps = list(pool.map(dump, enumerate(programs)))
+    bad = [(program, m.group(0)) for program, out in dumps
+           if (m := _GAWK_DANGER.search(out))]
+    assert not bad, bad[:5]
+    compiled = sum("Op_" in out for _, out in dumps)
+    assert compiled > len(programs) // 4, "gawk compiled hardly any of them"
+    # and the oracle sees what the analyzer refuses
+    refused = 'BEGIN { if (0) print "x" > "OUT"; if (0) system("x") }'
+    assert _GAWK_DANGER.search(dump((-1, refused))[1])
 
 
 @pytest.mark.parametrize("script", [

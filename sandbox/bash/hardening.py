@@ -433,18 +433,18 @@ def _sed_s_flags(r: _SedScript) -> str | None:
 
 # awk: the danger is in the program's code, not in its strings, regular expressions
 # and comments; but where a regular expression starts depends on the grammar ('/' is
-# also division) and differs between awks. So the reader does not guess: at every
-# '/' it follows every reading (a regex to its closing '/', with and without
-# bracket expressions, and a division unless no operand ends before the '/' on its
-# line), and a program is refused when any reading
-# that lexes reaches code that can run a program or write a file, in mawk (Debian's
-# awk) and gawk alike:
+# also division) and where it ends differs between awks. So the reader does not
+# guess: at every '/' it follows every reading (a regex to each '/' that may close
+# it, and a division unless no operand ends before the '/' on its line), and refuses
+# a program when any reading reaches code that can run a program or write a file, in
+# mawk (Debian's awk) and gawk alike:
 #
 # - ``system`` and ``getline`` anywhere in code (also inside a longer name);
 # - a pipe ``|`` (``print | "cmd"``, ``"cmd" | getline``, gawk's ``|&``); ``||`` is
 #   the logical or;
-# - ``>`` (``print > "file"``, ``>>``): a comparison is refused with it, and the
-#   message says to write it the other way round (``b < a``);
+# - ``>`` inside an action's braces and outside parentheses, where ``print > "file"``
+#   and ``>>`` redirect (both awks redirect only at parenthesis depth 0 of a print);
+#   the message says to parenthesize the comparison or turn it round (``b < a``);
 # - ``@`` (gawk's ``@load``, ``@include``, indirect calls ``@f()``);
 # - a backslash before a newline, anywhere (a continued line or string).
 #
@@ -474,43 +474,32 @@ def _awk_string_end(p: str, i: int) -> int:
 
 
 def _awk_regex_ends(p: str, i: int) -> set[int]:
-    """Indexes after the regex that may start at ``p[i] == '/'``: read as mawk reads
-    it (a '/' ends it) and as gawk does (not inside a bracket expression)."""
-    ends = set()
-    for brackets in (False, True):
-        j = i + 1
-        n = len(p)
-        in_class = False
-        while j < n:
-            ch = p[j]
-            if ch == "\n":
-                break
-            if ch == "\\":
-                j += 2
-                continue
-            if brackets and not in_class and ch == "[":
-                in_class = True
-                j += 1
-                if j < n and p[j] == "^":
-                    j += 1
-                if j < n and p[j] == "]":
-                    j += 1
-                continue
-            if in_class:
-                if ch == "[" and j + 1 < n and p[j + 1] in ":.=":
-                    close = p.find(p[j + 1] + "]", j + 2)
-                    if close < 0 or "\n" in p[j:close]:
-                        break
-                    j = close + 2
-                    continue
-                if ch == "]":
-                    in_class = False
-                j += 1
-                continue
-            if ch == "/":
-                ends.add(j + 1)
-                break
-            j += 1
+    """Indexes after the regex that may start at ``p[i] == '/'``. Before any '[' every
+    awk ends it at the first '/' no backslash escapes. After a '[' awks differ (gawk
+    counts '[:' inside brackets, mawk has rules of its own, escapes inside brackets
+    vary), so every later '/' on the line may end it. A newline ends none."""
+    ends: set[int] = set()
+    n = len(p)
+    j = i + 1
+    while j < n:
+        ch = p[j]
+        if ch == "\n":
+            return ends
+        if ch == "\\":
+            j += 2
+            continue
+        if ch == "/":
+            ends.add(j + 1)
+            return ends
+        if ch == "[":
+            break
+        j += 1
+    end = p.find("\n", j)
+    end = n if end < 0 else end
+    k = p.find("/", j, end)
+    while k >= 0:
+        ends.add(k + 1)
+        k = p.find("/", k + 1, end)
     return ends
 
 
