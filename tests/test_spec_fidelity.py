@@ -23,7 +23,9 @@ knows as an option, ``--definitely-not-an-option-xyz``:
 - bundles (getopt): ``-X<flag letter> SENTINEL`` must complain (the value option took
   the rest of the word) and ``-<flag>X SAMPLE SENTINEL`` too, unless the spec says
   ``bundles = false`` (the checker then refuses bundles, tested below); two flags
-  bundled, ``-fg SENTINEL``, must complain.
+  bundled, ``-fg SENTINEL``, must complain;
+- ``prog -- SENTINEL`` must not complain (``--`` ends the options), except for find,
+  which reads predicates after ``--`` (its spec does too).
 
 A spec that disagrees fails here, naming the option and what the program did.
 """
@@ -77,8 +79,12 @@ NEEDS: dict[tuple[str, str], list[str]] = {
 NEXT_WORD = {"rg": "--files", "git rev-parse": "--show-toplevel"}
 # ... and --version where --files conflicts with the option (rg then refuses both).
 RG_VERSION = {"-q", "--quiet", "--json", "--type-list", "-e", "--regexp", "-f", "--file"}
-# Not probed, with the reason: tail takes -NUM only as its sole option (else it fails).
-EXEMPT = {("tail", "-NUM"): "tail -NUM is the obsolete form, valid only alone"}
+# Not probed, with the reason.
+EXEMPT = {
+    ("tail", "-NUM"): "tail -NUM is the obsolete form, valid only alone",
+    ("git stash list", "--"): "git stash list hands what follows '--' to git log as "
+    "options: its spec must allow no operand, so nothing may follow '--'",
+}
 # Parsers that print their usage without naming the unknown option.
 _USAGE_ONLY = ("git diff", "git rev-list", "git stash show")
 
@@ -161,6 +167,16 @@ def _probes(spec: ProgramSpec) -> Iterator[Probe]:
             for flag in flags[:2]:
                 yield same([flag + option[1], sample], [flag, option, sample],
                            f"{flag}{option[1]} {sample}: a value option ends a bundle")
+    # '--' ends the options (getopt), except for find, whose predicates follow it
+    before = ["HEAD"] if spec.name == "git rev-list" else []
+    if (spec.name, "--") in EXEMPT:
+        assert spec.operands == 0, EXEMPT[(spec.name, "--")]
+    else:
+        yield Probe(spec.name, (*spec.name.split(), *before, "--", _sentinel(spec, "--"),
+                                *(tail if not before else [])),
+                    spec.single_dash_long, "'--' ends the options" if not spec.single_dash_long
+                    else "find reads predicates after '--'", word=_sentinel(spec, "--"),
+                    option="--")
     if spec.bundles:
         for flag in flags[1:]:
             yield same([flags[0] + flag[1]], [flags[0], flag], f"{flags[0]}{flag[1]}: flags")

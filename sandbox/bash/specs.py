@@ -263,7 +263,7 @@ def _check(spec: ProgramSpec, words: Sequence[Word], i: int,
             i += 1
             continue
         if value == "--":
-            options_done = True
+            options_done = not spec.single_dash_long  # find reads predicates after '--'
             i += 1
             continue
         if spec.any_options:
