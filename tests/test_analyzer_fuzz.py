@@ -239,3 +239,21 @@ def test_awk_reports_what_awk_runs(program: str) -> None:
 ])
 def test_ordinary_awk_programs_pass(program: str) -> None:
     assert awk_program_danger(program) is None, (program, awk_program_danger(program))
+
+
+@pytest.mark.parametrize("command", [
+    "gawk --source='BEGIN{system(\"touch M\")}' /dev/null",
+    "gawk --sou 'BEGIN{system(\"touch M\")}' /dev/null",
+    "gawk -be'BEGIN{system(\"touch M\")}' /dev/null",
+    "awk -e 'BEGIN{print}' -e 'BEGIN{system(\"touch M\")}'",
+    "awk -- '{system(\"touch M\")}' f", "gawk -o out '{print}' f", "gawk --profile=p 1 f",
+    "gawk -d 1 f", "sed -n 'y/[/x/;e touch M;s/]//' f.txt",
+])
+def test_without_specs_the_r7_table_finds_the_program_in_any_option_form(command: str) -> None:
+    """A Python policy without program specs: the R7 table's analyzers read awk's
+    -e/--source in every getopt form (on main, '--source=PROG' went unread)."""
+    from sandbox import BashToolPolicy
+
+    program = command.split()[0]
+    decision = BashToolPolicy(allowed_command_prefixes=(program,)).check(command)
+    assert not decision.allowed and decision.rule == "R7", decision.reason

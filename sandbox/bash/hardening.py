@@ -658,22 +658,63 @@ def _analyze_sed(words: Sequence[Word]) -> str | None:
     return None
 
 
+# gawk's getopt table (a superset of mawk's -F, -f, -v, -W): options with a value, and
+# those whose value is optional (glued only); the rest are flags.
+_AWK_VALUE_SHORT = "eEfFilvW"
+_AWK_OPTIONAL_SHORT = "dDLop"
+_AWK_SOURCE_LONG = "--source"
+_AWK_VALUE_LONG = ("--source", "--file", "--exec", "--field-separator", "--assign",
+                   "--include", "--load")
+
+
 def _analyze_awk(words: Sequence[Word]) -> str | None:
-    i = 0
+    """The awk programs of a command line (``-e``/``--source`` values in any getopt
+    form: glued, in a bundle, ``--sou=…``; else the first operand), each checked."""
     programs: list[Word] = []
+    i = 0
     while i < len(words):
         w = words[i]
         v = w.value
-        if v in ("-e", "--source") and i + 1 < len(words):
-            programs.append(words[i + 1])
-            i += 2
+        nxt = words[i + 1] if i + 1 < len(words) else None
+        if v is None:
+            if w.prefix.startswith("-") or w.prefix == "":
+                if not programs:
+                    return f"cannot check the awk argument {w.text!r}: it holds an expansion"
+            if not programs:
+                programs.append(w)
+            break
+        if v == "--":
+            if not programs and nxt is not None:
+                programs.append(nxt)
+            break
+        if v.startswith("--"):
+            name, eq, attached = v.partition("=")
+            longs = [o for o in _AWK_VALUE_LONG if o.startswith(name)] if len(name) > 2 else []
+            if _AWK_SOURCE_LONG in longs:  # --source and what abbreviates it
+                if eq:
+                    programs.append(Word(w.text, attached, "", False))
+                elif nxt is not None:
+                    programs.append(nxt)
+                    i += 1
+            elif longs and not eq:
+                i += 1  # the value in the next word
+            i += 1
             continue
-        if v in ("-F", "-v", "--assign", "--field-separator"):
-            i += 2
-            continue
-        if v is None and w.prefix.startswith("-"):
-            return f"cannot check the awk option {w.text!r}: it holds an expansion"
-        if v is not None and v.startswith("-") and v != "-":
+        if v.startswith("-") and v != "-":
+            j = 1
+            while j < len(v):
+                letter = v[j]
+                if letter in _AWK_OPTIONAL_SHORT:
+                    break  # the rest of the word is its value
+                if letter in _AWK_VALUE_SHORT:
+                    rest = v[j + 1:]
+                    value = Word(w.text, rest, "", False) if rest else nxt
+                    if not rest:
+                        i += 1
+                    if letter == "e" and value is not None:
+                        programs.append(value)
+                    break
+                j += 1
             i += 1
             continue
         if not programs:
