@@ -97,7 +97,7 @@ class _Gen:
         if r == 8:
             return '$"' + "".join(self.pick(_DQ_POOL) for _ in range(rng.randrange(3))) + '"'
         if r == 9:
-            return "\\" + self.pick(list(";|&#'\"$ a\\(){}<>"))
+            return "\\" + self.pick([*list(";|&#'\"$ a\\(){}<>"), "\"'\\\"", "`"])
         if r == 10:
             return self.pick(("$x", "${x}", "${#x}", "${x:-w}", "${x#a}", "${x/a/b}", "$1", "$@", "${x:-$(", "${arr[1]}"))
         if r == 11 and deep:
