@@ -55,6 +55,29 @@ def store_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     return str(request.param)
 
 
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Any]:
+    """One throwaway PostgreSQL cluster for the whole run (tests/pgcluster.py): initdb as
+    an unprivileged user in a temporary directory, a unix socket only, stopped at the
+    end whatever happened."""
+    from .pgcluster import Cluster
+
+    cluster = Cluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Any) -> str:
+    """A ``postgresql://`` URL of a new, empty schema on the run's cluster."""
+    if not pg_cluster.running:  # a restart test that failed half-way
+        pg_cluster.start()
+    return str(pg_cluster.fresh_url())
+
+
 @pytest.fixture(params=STORE_BACKENDS)
 def make_store(request: pytest.FixtureRequest,
                tmp_path: Path) -> Iterator[Callable[..., ApprovalStore]]:
