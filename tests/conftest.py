@@ -24,8 +24,9 @@ if os.environ.get("CI"):
 
 #: Backends a store test runs on. "memory": `MemoryApprovalStore` (what `ApprovalStore()`
 #: and a `ToolRunner` without a store use); "sqlite-memory": `ApprovalStore(":memory:")`;
-#: "sqlite-file": `ApprovalStore(path)`.
-STORE_BACKENDS = ("memory", "sqlite-memory", "sqlite-file")
+#: "sqlite-file": `ApprovalStore(path)`; "postgresql": `ApprovalStore("postgresql://...")`
+#: on the run's throwaway cluster (a new schema per store).
+STORE_BACKENDS = ("memory", "sqlite-memory", "sqlite-file", "postgresql")
 
 
 @pytest.fixture
@@ -70,12 +71,18 @@ def pg_cluster() -> Iterator[Any]:
         cluster.destroy()
 
 
+def fresh_pg_url(request: pytest.FixtureRequest) -> str:
+    """A ``postgresql://`` URL of a new, empty schema on the run's cluster (started on
+    first use: tests that never name PostgreSQL never start it)."""
+    cluster = request.getfixturevalue("pg_cluster")
+    if not cluster.running:  # a restart test that failed half-way
+        cluster.start()
+    return str(cluster.fresh_url())
+
+
 @pytest.fixture
-def pg_url(pg_cluster: Any) -> str:
-    """A ``postgresql://`` URL of a new, empty schema on the run's cluster."""
-    if not pg_cluster.running:  # a restart test that failed half-way
-        pg_cluster.start()
-    return str(pg_cluster.fresh_url())
+def pg_url(request: pytest.FixtureRequest) -> str:
+    return fresh_pg_url(request)
 
 
 @pytest.fixture(params=STORE_BACKENDS)
@@ -89,6 +96,8 @@ def make_store(request: pytest.FixtureRequest,
             store: ApprovalStore = MemoryApprovalStore(**kwargs)
         elif request.param == "sqlite-memory":
             store = ApprovalStore(":memory:", **kwargs)
+        elif request.param == "postgresql":
+            store = ApprovalStore(fresh_pg_url(request), **kwargs)
         else:
             store = ApprovalStore(tmp_path / f"approvals-{len(opened)}.db", **kwargs)
         opened.append(store)

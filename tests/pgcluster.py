@@ -3,7 +3,9 @@
 `Cluster.start()` runs ``initdb`` in a fresh temporary directory as an unprivileged
 user (PostgreSQL refuses to run as root), listens only on a unix socket inside that
 directory (``listen_addresses=''``: nothing on the network), and starts the server with
-``pg_ctl``. `Cluster.stop()` stops it with ``-m immediate`` and removes the directory.
+``pg_ctl``. ``fsync`` is off (the tests never lose the machine, only the server), but
+``synchronous_commit`` stays on: a restart with ``-m immediate`` is a crash, and an
+asynchronous commit would be lost in it. `Cluster.stop()` stops it with ``-m immediate`` and removes the directory.
 Each test gets its own schema (`Cluster.fresh_url`), so tests never see each other's
 rows. Used by tests/conftest.py and bench/approvals_load.py.
 """
@@ -82,7 +84,7 @@ class Cluster:
                 conf.write(
                     "\nlisten_addresses = ''\n"
                     f"unix_socket_directories = '{self.socket_dir}'\n"
-                    "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n"
+                    "fsync = off\nfull_page_writes = off\n"
                     "max_connections = 200\nshared_buffers = 32MB\n")
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
                   "start")

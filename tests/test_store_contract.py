@@ -28,17 +28,23 @@ from sandbox.approval.store import (
 )
 from sandbox.approval.store.states import ENDINGS, TERMINAL, TRANSITIONS, allowed, sources
 
+from .conftest import fresh_pg_url
+
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 Make = Callable[..., ApprovalStore]
 
 
-@pytest.fixture(params=("memory", "sqlite-file"))
+@pytest.fixture(params=("memory", "sqlite-file", "postgresql"))
 def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Make]:
     opened: list[ApprovalStore] = []
 
     def build(**options: Any) -> ApprovalStore:
-        ref = None if request.param == "memory" else tmp_path / f"s{len(opened)}.db"
+        ref: str | Path | None = None
+        if request.param == "sqlite-file":
+            ref = tmp_path / f"s{len(opened)}.db"
+        elif request.param == "postgresql":
+            ref = fresh_pg_url(request)
         store = open_store(ref, **options)
         opened.append(store)
         return store

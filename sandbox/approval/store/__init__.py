@@ -1,7 +1,9 @@
 """Approval stores: one Protocol (`StoreProtocol`), typed states with a transition table
 (`states`), and the backends — `MemoryApprovalStore` (one process) and
-`SQLiteApprovalStore` (a file shared by the processes of one host). `open_store` opens
-the one a reference names."""
+`SQLiteApprovalStore` (a file shared by the processes of one host) and
+`PostgresApprovalStore` (a database shared by many hosts, store/postgres.py: import it
+from there; it needs the ``postgres`` extra). `open_store` opens the one a reference
+names."""
 
 from .base import MAX_PENDING_PER_SESSION, ApprovalStore, open_store
 from .memory import MemoryApprovalStore

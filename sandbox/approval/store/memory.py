@@ -143,6 +143,7 @@ class MemoryApprovalStore(ApprovalStore):
         max_history: int | None = -1,
         busy_timeout: float = 10.0,
         max_pending_per_session: int | None = MAX_PENDING_PER_SESSION,
+        lease_seconds: float | None = None,
     ) -> None:
         if max_pending_per_session is not None and max_pending_per_session < 1:
             raise StoreError("max_pending_per_session must be at least 1 or None, got "
