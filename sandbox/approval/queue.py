@@ -2,9 +2,12 @@
 
 The process that holds the tool asks; a human answers somewhere else — the web page,
 ``sandbox approvals approve ID``, another program calling `ApprovalStore.submit_answer`
-— in this process or any other sharing the store file. The provider polls the store
-for every request it is waiting on with one query per interval, however many calls
-wait in parallel, so a thousand pending approvals cost one query, not a thousand.
+— in this process or any other sharing the store. The provider polls the store for
+every request it is waiting on with one query per interval, however many calls wait in
+parallel, so a thousand pending approvals cost one query, not a thousand. A store that
+sends notifications (PostgreSQL: LISTEN/NOTIFY, `StoreProtocol.answer_cursor`) is not
+polled: the provider sleeps until an answer is recorded, looking again at least every
+`EVENT_RECHECK` seconds (for expiries, which send no notification).
 
 A request that expires while waiting ends the wait as a timeout: the runner records it
 as timed out, never as denied or approved.
@@ -23,6 +26,9 @@ from ..errors import ConfigurationError, ConfirmationStateError, ConfirmationTim
 from .models import ConfirmationRequest, Decision
 from .providers import OnTimeout, _check_timeout, parse_answer
 from .store import ApprovalStore, open_store
+
+#: With a notifying store, the longest wait between two looks at the store.
+EVENT_RECHECK = 1.0
 
 
 class _Closed:
@@ -64,6 +70,8 @@ class QueueConfirmationProvider:
         self._results: dict[str, dict[str, Any] | _Closed] = {}
         self._poll_lock = anyio.Lock()
         self._next_poll = 0.0
+        self._cursor: int | None = None
+        self._events: bool | None = None  # does the store notify? (asked once)
 
     async def confirm(self, request: ConfirmationRequest) -> Decision:
         self._waiting[request.id] = request
@@ -89,11 +97,33 @@ class QueueConfirmationProvider:
             async with self._poll_lock:
                 if request_id in self._results:
                     continue
-                delay = self._next_poll - time.monotonic()
-                if delay > 0:
-                    await anyio.sleep(delay)
+                if self._events is None:
+                    self._cursor = await self._call(self.store.answer_cursor)
+                    self._events = self._cursor is not None
+                elif self._events and self._cursor is not None:
+                    # Sleep until an answer is recorded (the cursor taken before the last
+                    # poll: one recorded since returns at once), or the recheck is due.
+                    self._cursor = await anyio.to_thread.run_sync(
+                        self.store.wait_answers, self._cursor, self._recheck(),
+                        abandon_on_cancel=True)
+                else:
+                    delay = self._next_poll - time.monotonic()
+                    if delay > 0:
+                        await anyio.sleep(delay)
                 await self._poll()
                 self._next_poll = time.monotonic() + self.poll_interval
+
+    async def _call(self, fn: Any, *args: Any) -> Any:
+        if not self.store.blocking:
+            return fn(*args)
+        return await anyio.to_thread.run_sync(fn, *args)
+
+    def _recheck(self) -> float:
+        """How long to sleep for answers: until the soonest expiry, at most EVENT_RECHECK."""
+        now = time.time()
+        soonest = min((r.expires_at.timestamp() for r in self._waiting.values()
+                       if r.expires_at is not None), default=now + EVENT_RECHECK)
+        return max(0.0, min(EVENT_RECHECK, soonest - now + 0.01))
 
     async def _poll(self) -> None:
         ids = list(self._waiting)

@@ -284,7 +284,7 @@ class PostgresApprovalStore(SQLApprovalStore):
             q = self._queries[sql] = sql.replace("%", "%%").replace("?", "%s")
         return q
 
-    def _x(self, sql: str, params: Sequence[Any] = ()) -> Any:
+    def _x(self, sql: str, params: Sequence[Any] = (), *, retry: bool = False) -> Any:
         q = self._query(sql)
         args = tuple(params) or None
         with self._lock:
@@ -295,10 +295,10 @@ class PostgresApprovalStore(SQLApprovalStore):
                 return conn.execute(q, args)
             except self._pg.OperationalError as exc:
                 self._drop()
-                if not _READ.match(sql):
+                if not (retry or _READ.match(sql)):
                     raise self._lost(exc, "while a write was in flight; it may or may not "
                                      "have been recorded (check the call's journal)") from None
-            try:  # a read: run it again on a new connection
+            try:  # a read, or a write that may run twice: again on a new connection
                 return self._live().execute(q, args)
             except self._pg.OperationalError as exc:
                 self._drop()

@@ -109,7 +109,9 @@ class SQLApprovalStore(ApprovalStore):
 
     # -- plumbing a backend provides -------------------------------------------------
 
-    def _x(self, sql: str, params: Sequence[Any] = ()) -> Any:
+    def _x(self, sql: str, params: Sequence[Any] = (), *, retry: bool = False) -> Any:
+        """Run one statement. ``retry``: it may safely run twice (a backend whose
+        connection can drop mid-statement runs it again on a new one)."""
         raise NotImplementedError
 
     def _xmany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
@@ -152,7 +154,7 @@ class SQLApprovalStore(ApprovalStore):
                 "INSERT INTO leases(worker, host, expires) "
                 f"VALUES (?, ?, {self._SQL_NOW} + ?) "
                 "ON CONFLICT(worker) DO UPDATE SET expires=excluded.expires",
-                (owner, host_id(), self.lease))
+                (owner, host_id(), self.lease), retry=True)
 
     def _beat(self, owner: str, closing: threading.Event) -> None:
         while not closing.wait(self.lease / 3):
@@ -306,10 +308,10 @@ class SQLApprovalStore(ApprovalStore):
         now = self._clock()
         text = dump(result)
         with self._lock:
-            self._x(
+            self._x(  # idempotent: a second run finds the call no longer in progress
                 "UPDATE calls SET state=?, result=?, updated=?, note=NULL WHERE call_id=? "
                 f"AND owner=? AND state IN ({sql_list(IN_PROGRESS)})",
-                (state, text, now, call_id, owner),
+                (state, text, now, call_id, owner), retry=True,
             )
 
     def grant(self, call_id: str, digest: str, run_args: dict[str, Any]) -> None:

@@ -246,7 +246,8 @@ class SQLiteApprovalStore(SQLApprovalStore):
     def _tx(self) -> _Transaction:
         return _Transaction(self)
 
-    def _x(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+    def _x(self, sql: str, params: Sequence[Any] = (), *,
+           retry: bool = False) -> sqlite3.Cursor:
         return self._db.execute(sql, params)
 
     def _xmany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
