@@ -85,6 +85,15 @@ def pg_url(request: pytest.FixtureRequest) -> str:
     return fresh_pg_url(request)
 
 
+@pytest.fixture(params=("sqlite-file", "postgresql"))
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store that several processes share, named as a program is told it: a SQLite
+    file path, or a ``postgresql://`` URL (a new schema on the run's cluster)."""
+    if request.param == "postgresql":
+        return fresh_pg_url(request)
+    return str(tmp_path / "a.db")
+
+
 @pytest.fixture(params=STORE_BACKENDS)
 def make_store(request: pytest.FixtureRequest,
                tmp_path: Path) -> Iterator[Callable[..., ApprovalStore]]:
