@@ -37,6 +37,7 @@ import hashlib
 import logging
 import os
 import re
+import select
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -245,15 +246,18 @@ class PostgresApprovalStore(SQLApprovalStore):
                 conn.close()
 
     def _healthy(self, conn: Any) -> bool:
-        """Whether ``conn`` still works, without a round trip: read whatever the server
-        sent while it was idle (a restart's goodbye, or end of file)."""
-        if conn is None or conn.closed:
+        """Whether ``conn`` still works, without a round trip. The store's connection
+        listens to nothing, so an idle one has nothing to read: if its socket is
+        readable, the server said goodbye (a restart) or closed it; use a new one."""
+        if conn is None or conn.closed or conn.broken:
+            return False
+        if conn.pgconn.status != self._pg.pq.ConnStatus.OK:
             return False
         try:
-            conn.pgconn.consume_input()
-        except self._pg.OperationalError:
+            readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+        except (OSError, ValueError):
             return False
-        return bool(conn.pgconn.status == self._pg.pq.ConnStatus.OK)
+        return not readable
 
     def _live(self) -> Any:
         """The connection, reconnected if the server restarted since it was last used."""
