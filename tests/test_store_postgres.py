@@ -121,7 +121,9 @@ time.sleep(120)
 
 @pytest.mark.parametrize("action, expected", [("start", "in_doubt"), ("open", "abandoned")])
 def test_a_worker_on_another_host_that_stops_heartbeating_is_swept_from_here(
-        pg_url: str, action: str, expected: str) -> None:
+        shared_store: str, action: str, expected: str) -> None:
+    """On PostgreSQL and on a SQLite file alike: the lease, not the pid, decides."""
+    pg_url = shared_store
     lease = 1.0
     worker = _python(HOLDER, pg_url, action,
                      env={"SANDBOX_HOST_ID": "host-b", "SANDBOX_LEASE_SECONDS": str(lease)})

@@ -147,4 +147,5 @@ class QueueConfirmationProvider:
                 self._results[rid] = _Closed("timed_out")
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(store={self.store.path or ':memory:'}, name={self.name!r})"
+        where = self.store.path or getattr(self.store, "url", None) or ":memory:"
+        return f"{type(self).__name__}(store={where}, name={self.name!r})"

@@ -133,6 +133,16 @@ def redacted(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def _passwords(url: str) -> list[str]:
+    try:
+        parts = urlsplit(url)
+        found = [parts.password or ""] + [v for k, v in parse_qsl(parts.query)
+                                          if k.lower() == "password"]
+    except ValueError:
+        return []
+    return [p for p in found if p]
+
+
 def is_postgres_url(ref: object) -> bool:
     return isinstance(ref, str) and ref.startswith(("postgresql://", "postgres://"))
 
@@ -235,6 +245,8 @@ class PostgresApprovalStore(SQLApprovalStore):
                 application_name=f"sandbox-approvals:{os.getpid()}")
         except self._pg.Error as exc:
             cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            for secret in _passwords(self._url):
+                cause = cause.replace(secret, "***")
             raise StoreError(
                 f"cannot connect to approval store {self.url}: {cause} (check the URL, that "
                 "the server is running and reachable, and the user's permissions)") from None
@@ -320,14 +332,17 @@ class PostgresApprovalStore(SQLApprovalStore):
             if self._in_tx:  # nested: part of the enclosing transaction
                 yield
                 return
-            conn = self._live()
-            try:
-                conn.execute("BEGIN")
-                conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (lock, self._key))
-            except self._pg.OperationalError as exc:
-                self._drop()
-                raise self._lost(exc, "before a transaction began; nothing was written"
-                                 ) from None
+            for attempt in (1, 2):  # nothing ran yet: a lost connection is tried again
+                conn = self._live()
+                try:
+                    conn.execute("BEGIN")
+                    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (lock, self._key))
+                    break
+                except self._pg.OperationalError as exc:
+                    self._drop()
+                    if attempt == 2:
+                        raise self._lost(exc, "before a transaction began; nothing was "
+                                         "written") from None
             self._in_tx = True
             try:
                 yield

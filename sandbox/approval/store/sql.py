@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any, ClassVar
@@ -94,6 +95,21 @@ def lease_seconds(value: float | None) -> float:
     return float(value)
 
 
+def _beat(ref: weakref.ref[SQLApprovalStore], owner: str, closing: threading.Event,
+          period: float, pid: int) -> None:
+    """A worker's heartbeat: renew its lease every ``period`` seconds until the store is
+    closed or collected."""
+    while not closing.wait(period):
+        store = ref()
+        if store is None or os.getpid() != pid:
+            return
+        try:
+            store._renew(owner)
+        except Exception as exc:  # the next beat tries again; the sweep is the judge
+            _log.warning("worker lease %s not renewed: %s", owner, exc)
+        del store
+
+
 class SQLApprovalStore(ApprovalStore):
     """What the SQL backends share. Not constructed directly."""
 
@@ -106,6 +122,8 @@ class SQLApprovalStore(ApprovalStore):
     _lease_pid: int = -1
     _heartbeat: threading.Thread | None = None
     _closing: threading.Event | None = None
+    #: Whether workers of other processes can share this store (and so need leases).
+    _shared = True
 
     # -- plumbing a backend provides -------------------------------------------------
 
@@ -135,7 +153,7 @@ class SQLApprovalStore(ApprovalStore):
     def _hold(self, owner: str) -> None:
         """This process is about to hold calls as ``owner``: make sure its lease exists
         and a heartbeat renews it (once per process; again after a fork)."""
-        if self._lease_pid == os.getpid():
+        if self._lease_pid == os.getpid() or not self._shared:
             return
         with self._lock:
             if self._lease_pid == os.getpid():
@@ -143,9 +161,12 @@ class SQLApprovalStore(ApprovalStore):
             self._renew(owner)
             self._lease_pid = os.getpid()
             self._closing = threading.Event()
+            # The thread holds the store weakly: a store dropped without close() is still
+            # collected (and its connection closed); the heartbeat then stops.
             self._heartbeat = threading.Thread(
-                target=self._beat, args=(owner, self._closing), daemon=True,
-                name=f"sandbox-lease-{owner}")
+                target=_beat, args=(weakref.ref(self), owner, self._closing,
+                                    self.lease / 3, os.getpid()),
+                daemon=True, name=f"sandbox-lease-{owner}")
             self._heartbeat.start()
 
     def _renew(self, owner: str) -> None:
@@ -155,15 +176,6 @@ class SQLApprovalStore(ApprovalStore):
                 f"VALUES (?, ?, {self._SQL_NOW} + ?) "
                 "ON CONFLICT(worker) DO UPDATE SET expires=excluded.expires",
                 (owner, host_id(), self.lease), retry=True)
-
-    def _beat(self, owner: str, closing: threading.Event) -> None:
-        while not closing.wait(self.lease / 3):
-            if os.getpid() != self._lease_pid:
-                return
-            try:
-                self._renew(owner)
-            except Exception as exc:  # the next beat tries again; the sweep is the judge
-                _log.warning("worker lease %s not renewed: %s", owner, exc)
 
     def _stop_heartbeat(self) -> None:
         if self._closing is not None:

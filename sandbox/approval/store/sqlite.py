@@ -176,6 +176,7 @@ class SQLiteApprovalStore(SQLApprovalStore):
             raise StoreError(f"max_history must be at least 1 or None, got {max_history}")
         self.max_history = max_history
         self.lease = _lease(lease_seconds)
+        self._shared = self.path is not None  # ":memory:" is this process's alone
         self._opened = 0
         self._lock = threading.RLock()
         target = ":memory:" if self.path is None else str(self.path)
