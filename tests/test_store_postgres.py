@@ -357,3 +357,22 @@ def test_sandbox_approvals_serve_and_list_take_a_postgresql_url(pg_url: str) -> 
         serve.kill()
         serve.communicate(timeout=10)
         store.close()
+
+
+def test_a_lock_held_too_long_by_another_process_is_a_clear_busy_error(pg_url: str) -> None:
+    store = open_store(pg_url, busy_timeout=0.5)
+    store.open_call("c1", "t", "d1", {})
+    holder = psycopg.connect(pg_url, autocommit=True)
+    holder.execute("BEGIN")
+    holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", (0x5A1D, store._key))
+    try:
+        with pytest.raises(StoreError, match=r"is busy: another process held its lock"):
+            store.park(call_id="c1", tool="t", args={}, digest="d1", hint="", payload=None,
+                       kind="static", expires_at=None)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    rid, _ = store.park(call_id="c1", tool="t", args={}, digest="d1", hint="", payload=None,
+                        kind="static", expires_at=None)  # free again: it goes through
+    assert store.get_request(rid).status == "pending"
+    store.close()

@@ -703,7 +703,8 @@ class ToolRunner:
             if req.status == "pending":
                 return _awaiting(req)
             rec = await self._db(self.store.get_call, rec.call_id)
-        if rec.state == "started" and _Owner.alive(rec.owner) is False:
+        if rec.state == "started" and _Owner.alive(rec.owner) is not True:
+            # Dead here, or on another host (the store's sweep judges by its lease).
             await self._db(self.store.in_doubt)
             rec = await self._db(self.store.get_call, rec.call_id)
         if rec.state == "in_doubt":

@@ -194,6 +194,11 @@ class PostgresApprovalStore(SQLApprovalStore):
         self.lease = _lease(lease_seconds)
         self.connect_timeout = connect_timeout
         self.reconnect_timeout = reconnect_timeout
+        # Like SQLite's busy_timeout: how long a step waits for another process's
+        # transaction before it gives up with a StoreError.
+        self.busy_timeout = 10.0 if busy_timeout is None else float(busy_timeout)
+        if not 0 < self.busy_timeout <= 3600:
+            raise StoreError(f"busy_timeout must be between 0 and 3600 s, got {busy_timeout!r}")
         self._opened = 0
         self._lock = threading.RLock()
         self._in_tx = False
@@ -240,9 +245,15 @@ class PostgresApprovalStore(SQLApprovalStore):
 
     def _connect(self) -> Any:
         try:
-            return self._pg.connect(
+            conn = self._pg.connect(
                 self._url, autocommit=True, connect_timeout=max(1, round(self.connect_timeout)),
                 application_name=f"sandbox-approvals:{os.getpid()}")
+            # A step waits at most busy_timeout for another's lock; a transaction left
+            # open by a stalled process is ended by the server, releasing its locks.
+            conn.execute(f"SET lock_timeout = {int(self.busy_timeout * 1000)}")
+            conn.execute(f"SET idle_in_transaction_session_timeout = "
+                         f"{int(max(60.0, self.busy_timeout * 6) * 1000)}")
+            return conn
         except self._pg.Error as exc:
             cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             for secret in _passwords(self._url):
@@ -295,20 +306,29 @@ class PostgresApprovalStore(SQLApprovalStore):
                           f"({cause})")
 
     def _query(self, sql: str) -> str:
+        """``?`` placeholders as psycopg's ``%s`` (a literal ``%`` doubled)."""
         q = self._queries.get(sql)
         if q is None:
             q = self._queries[sql] = sql.replace("%", "%%").replace("?", "%s")
         return q
 
+    def _busy(self, exc: BaseException) -> StoreError:
+        return StoreError(
+            f"approval store {self.url} is busy: another process held its lock for more "
+            f"than {self.busy_timeout:g} s ({str(exc).strip().splitlines()[0]}); try again, "
+            "or raise busy_timeout")
+
     def _x(self, sql: str, params: Sequence[Any] = (), *, retry: bool = False) -> Any:
-        q = self._query(sql)
         args = tuple(params) or None
+        q = self._query(sql) if args else sql
         with self._lock:
             if self._in_tx:
                 return self._conn.execute(q, args)
             conn = self._live()
             try:
                 return conn.execute(q, args)
+            except self._pg.errors.LockNotAvailable as exc:
+                raise self._busy(exc) from None
             except self._pg.OperationalError as exc:
                 self._drop()
                 if not (retry or _READ.match(sql)):
@@ -338,6 +358,10 @@ class PostgresApprovalStore(SQLApprovalStore):
                     conn.execute("BEGIN")
                     conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (lock, self._key))
                     break
+                except self._pg.errors.LockNotAvailable as exc:
+                    with contextlib.suppress(self._pg.Error):
+                        conn.execute("ROLLBACK")
+                    raise self._busy(exc) from None
                 except self._pg.OperationalError as exc:
                     self._drop()
                     if attempt == 2:
@@ -348,6 +372,10 @@ class PostgresApprovalStore(SQLApprovalStore):
                 yield
             except BaseException as exc:
                 self._in_tx = False
+                if isinstance(exc, self._pg.errors.LockNotAvailable):
+                    with contextlib.suppress(self._pg.Error):
+                        conn.execute("ROLLBACK")
+                    raise self._busy(exc) from None
                 if isinstance(exc, self._pg.OperationalError):
                     self._drop()
                     raise self._lost(exc, "during a transaction; the server rolled it back, "
