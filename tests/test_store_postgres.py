@@ -211,7 +211,8 @@ def test_a_server_restart_mid_run_reconnects_and_loses_nothing(pg_cluster: Any,
     assert cursor is not None
     other.submit_answer(rid, True, decided_by="other")
     t0 = time.monotonic()
-    assert store.wait_answers(cursor, 10) != cursor
+    new, named = store.wait_answers(cursor, 10)
+    assert new != cursor and (named is None or rid in named)  # None: "look at all"
     assert time.monotonic() - t0 < 5
     assert store.answer_states([rid])[rid][1] is not None
     journal_total = sum(len(store.journal(f"c{i}")) for i in range(40))
@@ -376,3 +377,19 @@ def test_a_lock_held_too_long_by_another_process_is_a_clear_busy_error(pg_url: s
                         kind="static", expires_at=None)  # free again: it goes through
     assert store.get_request(rid).status == "pending"
     store.close()
+
+
+@pytest.mark.anyio
+async def test_a_request_that_expires_while_the_provider_sleeps_on_notify_times_out(
+        pg_url: str) -> None:
+    provider = QueueConfirmationProvider(pg_url, poll_interval=30, timeout=20)
+    runner = ToolRunner([FunctionTool(lambda x: {"ran": x}, name="f",
+                                      require_confirmation=True)],
+                        provider=provider, store=pg_url, approval_ttl=1.0)
+    t0 = time.monotonic()
+    result = await runner.call("f", {"x": 1})
+    took = time.monotonic() - t0
+    assert result["status"] == "timed_out", result
+    assert took < 5  # no notification comes: the expiry itself ends the sleep
+    runner.store.close()
+    provider.store.close()

@@ -6,8 +6,9 @@ The process that holds the tool asks; a human answers somewhere else — the web
 every request it is waiting on with one query per interval, however many calls wait in
 parallel, so a thousand pending approvals cost one query, not a thousand. A store that
 sends notifications (PostgreSQL: LISTEN/NOTIFY, `StoreProtocol.answer_cursor`) is not
-polled: the provider sleeps until an answer is recorded, looking again at least every
-`EVENT_RECHECK` seconds (for expiries, which send no notification).
+polled: the provider sleeps until an answer is recorded and then reads only the requests
+named in the notifications (and the ones that began waiting since), looking at all of
+them again every `EVENT_RECHECK` seconds (expiries send no notification).
 
 A request that expires while waiting ends the wait as a timeout: the runner records it
 as timed out, never as denied or approved.
@@ -72,9 +73,12 @@ class QueueConfirmationProvider:
         self._next_poll = 0.0
         self._cursor: int | None = None
         self._events: bool | None = None  # does the store notify? (asked once)
+        self._fresh: set[str] = set()  # began waiting since the last look
+        self._full_at = 0.0  # when every waiting request was last looked at
 
     async def confirm(self, request: ConfirmationRequest) -> Decision:
         self._waiting[request.id] = request
+        self._fresh.add(request.id)
         try:
             result = await self._wait(request.id)
         finally:
@@ -97,20 +101,24 @@ class QueueConfirmationProvider:
             async with self._poll_lock:
                 if request_id in self._results:
                     continue
+                only: set[str] | None = None  # None: look at every waiting request
                 if self._events is None:
                     self._cursor = await self._call(self.store.answer_cursor)
                     self._events = self._cursor is not None
                 elif self._events and self._cursor is not None:
                     # Sleep until an answer is recorded (the cursor taken before the last
-                    # poll: one recorded since returns at once), or the recheck is due.
-                    self._cursor = await anyio.to_thread.run_sync(
+                    # look: one recorded since returns at once), or the recheck is due;
+                    # then look at the requests named, unless a full look is due.
+                    self._cursor, named = await anyio.to_thread.run_sync(
                         self.store.wait_answers, self._cursor, self._recheck(),
                         abandon_on_cancel=True)
+                    if named is not None and time.monotonic() - self._full_at < EVENT_RECHECK:
+                        only = set(named) | self._fresh
                 else:
                     delay = self._next_poll - time.monotonic()
                     if delay > 0:
                         await anyio.sleep(delay)
-                await self._poll()
+                await self._poll(only)
                 self._next_poll = time.monotonic() + self.poll_interval
 
     async def _call(self, fn: Any, *args: Any) -> Any:
@@ -125,25 +133,30 @@ class QueueConfirmationProvider:
                        if r.expires_at is not None), default=now + EVENT_RECHECK)
         return max(0.0, min(EVENT_RECHECK, soonest - now + 0.01))
 
-    async def _poll(self) -> None:
-        ids = list(self._waiting)
-        if not ids:
-            return
-        if not self.store.blocking:
-            states = self.store.answer_states(ids)
+    async def _poll(self, only: set[str] | None = None) -> None:
+        """Look up the waiting requests (``only``: just these) in one query."""
+        if only is None:
+            self._full_at = time.monotonic()
+            ids = list(self._waiting)
         else:
-            states = await anyio.to_thread.run_sync(self.store.answer_states, ids)
+            ids = [rid for rid in only if rid in self._waiting]
+        self._fresh.difference_update(ids)
+        states = {}
+        if ids:
+            if not self.store.blocking:
+                states = self.store.answer_states(ids)
+            else:
+                states = await anyio.to_thread.run_sync(self.store.answer_states, ids)
         now = time.time()
         for rid in ids:
             status, answer = states.get(rid, ("missing", None))
-            req = self._waiting.get(rid)
             if answer is not None:
                 self._results[rid] = answer
             elif status != "pending":
                 self._results[rid] = _Closed(status)
-            elif req is not None and req.expires_at is not None and (
-                now > req.expires_at.timestamp()
-            ):
+        for rid, req in list(self._waiting.items()):  # expiry needs no query
+            if rid not in self._results and req.expires_at is not None and (
+                    now > req.expires_at.timestamp()):
                 self._results[rid] = _Closed("timed_out")
 
     def __repr__(self) -> str:

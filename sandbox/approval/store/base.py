@@ -63,9 +63,10 @@ class ApprovalStore(StoreProtocol):
         """None: this store sends no answer notifications; waiters poll it."""
         return None
 
-    def wait_answers(self, cursor: int, timeout: float) -> int:
+    def wait_answers(self, cursor: int, timeout: float
+                     ) -> tuple[int, frozenset[str] | None]:
         time.sleep(timeout)
-        return cursor
+        return cursor, None
 
     def sweep(self) -> list[Any]:
         """`in_doubt` under the Protocol's name for it."""

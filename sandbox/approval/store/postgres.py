@@ -32,6 +32,7 @@ written; only a lost ``COMMIT`` reply leaves the outcome unknown, and the error 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import logging
@@ -53,6 +54,9 @@ _log = logging.getLogger(__name__)
 #: Advisory lock classes (the first key of the two-key form; the second is the schema's).
 _TX_LOCK = 0x5A1D
 _MIGRATE_LOCK = 0x5A1E
+
+#: Answer notifications remembered for waiters that fall behind (then they look at all).
+_KEEP = 100_000
 
 #: Numbered schema migrations: MIGRATIONS[n - 1] takes a schema from version n-1 to n.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -206,8 +210,10 @@ class PostgresApprovalStore(SQLApprovalStore):
         self._closed = False
         self._pg = _driver()
         self._conn: Any = None
-        # Answer notifications: a counter waiters watch, bumped by the listener thread.
+        # Answer notifications: the request ids notified, in order (None: not known,
+        # after the listener reconnected); a waiter's cursor is a position in it.
         self._events = 0
+        self._notified: collections.deque[str | None] = collections.deque(maxlen=_KEEP)
         self._cond = threading.Condition()
         self._listener: threading.Thread | None = None
         self._listening = threading.Event()
@@ -443,13 +449,29 @@ class PostgresApprovalStore(SQLApprovalStore):
         with self._cond:
             return self._events
 
-    def wait_answers(self, cursor: int, timeout: float) -> int:
+    def wait_answers(self, cursor: int, timeout: float
+                     ) -> tuple[int, frozenset[str] | None]:
         """Block until an answer or decision is recorded after ``cursor`` (by any process),
-        or ``timeout`` seconds pass; return the new mark."""
+        or ``timeout`` seconds pass: the new mark, and the request ids notified since
+        ``cursor`` (None when not known: the listener reconnected, or too many)."""
         with self._cond:
             self._cond.wait_for(lambda: self._events != cursor or self._closed,
                                 timeout=max(0.0, timeout))
-            return self._events
+            now = self._events
+            missed = now - cursor
+            if missed > len(self._notified) or missed < 0:
+                return now, None
+            named = [self._notified[i] for i in range(len(self._notified) - missed,
+                                                       len(self._notified))]
+            if any(rid is None for rid in named):
+                return now, None
+            return now, frozenset(rid for rid in named if rid is not None)
+
+    def _note(self, request_id: str | None) -> None:
+        with self._cond:
+            self._events += 1
+            self._notified.append(request_id)
+            self._cond.notify_all()
 
     def _listen(self) -> None:
         while not self._closed:
@@ -457,16 +479,13 @@ class PostgresApprovalStore(SQLApprovalStore):
             try:
                 conn = self._connect()
                 conn.execute(f"LISTEN {self._channel}")
-                with self._cond:  # answers may have come while not listening: look again
-                    self._events += 1
-                    self._cond.notify_all()
+                self._note(None)  # answers may have come while not listening: look again
                 self._listening.set()
                 while not self._closed:
-                    for _ in conn.notifies(timeout=0.5):
-                        with self._cond:
-                            self._events += 1
-                            self._cond.notify_all()
+                    for notice in conn.notifies(timeout=0.5):
+                        self._note(notice.payload or None)
             except Exception as exc:
+                self._listening.clear()
                 self._listen_error = str(exc).strip().splitlines()[0] if str(exc) else repr(exc)
                 _log.info("approval store %s: listening for answers: %s", self.url, exc)
                 time.sleep(0.2)

@@ -106,9 +106,12 @@ class StoreProtocol(Protocol):
         `answer_states`. Otherwise a mark for `wait_answers` (PostgreSQL: LISTEN)."""
         ...
 
-    def wait_answers(self, cursor: int, timeout: float) -> int:
-        """Block until an answer or decision may have been recorded after ``cursor``, or
-        ``timeout`` seconds pass; the new mark. Poll `answer_states` after it returns."""
+    def wait_answers(self, cursor: int, timeout: float
+                     ) -> tuple[int, frozenset[str] | None]:
+        """Block until an answer or decision is recorded after ``cursor``, or ``timeout``
+        seconds pass. Returns the new mark and the ids of the requests answered or
+        decided since ``cursor`` (None: not known, any may have been; look at all).
+        Read their state with `answer_states` after it returns."""
         ...
 
     def get_request(self, request_id: str) -> ConfirmationRequest: ...
