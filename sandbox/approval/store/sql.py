@@ -361,6 +361,8 @@ class SQLApprovalStore(ApprovalStore):
                         ("in_doubt" if state == "started" else "abandoned", self._clock(),
                          why, call_id, owner, state),
                     )
+            # Leases of workers gone for a day: an absent lease counts as expired too.
+            self._x(f"DELETE FROM leases WHERE expires < {self._SQL_NOW} - 86400")
             rows = self._x(
                 "SELECT call_id FROM calls WHERE state='in_doubt' ORDER BY updated"
             ).fetchall()
