@@ -118,6 +118,15 @@ assert RULE_COLUMNS.count(",") == 17  # the rules table above has these 18 colum
 _READ = re.compile(r"\s*SELECT\b(?![^;]*\bpg_notify\b)", re.IGNORECASE)
 
 
+#: What the server says while it cannot take connections yet (SQLSTATE 57P03).
+_STARTING = ("the database system is starting up", "the database system is not yet accepting",
+             "the database system is shutting down", "the database system is in recovery")
+
+
+class _Starting(Exception):
+    pass
+
+
 def redacted(url: str) -> str:
     """The URL without its password (in the authority or a ``password=`` parameter)."""
     try:
@@ -218,7 +227,7 @@ class PostgresApprovalStore(SQLApprovalStore):
         self._listener: threading.Thread | None = None
         self._listening = threading.Event()
         self._listen_error: str | None = None
-        conn = self._connect()
+        conn = self._connect(wait_for_start=True)
         self._conn = conn
         try:
             schema = conn.execute("SELECT current_schema()").fetchone()[0]
@@ -249,7 +258,21 @@ class PostgresApprovalStore(SQLApprovalStore):
 
     # -- connections -------------------------------------------------------------------
 
-    def _connect(self) -> Any:
+    def _connect(self, *, wait_for_start: bool = False) -> Any:
+        """A new connection. ``wait_for_start``: a server that is up but starting up or
+        restarting is waited for (``connect_timeout``); any other failure is at once."""
+        deadline = time.monotonic() + self.connect_timeout
+        while True:
+            try:
+                return self._connect_once()
+            except _Starting:
+                if not wait_for_start or time.monotonic() >= deadline:
+                    raise StoreError(
+                        f"cannot connect to approval store {self.url}: the database server "
+                        "is starting up or shutting down; try again shortly") from None
+                time.sleep(0.1)
+
+    def _connect_once(self) -> Any:
         try:
             conn = self._pg.connect(
                 self._url, autocommit=True, connect_timeout=max(1, round(self.connect_timeout)),
@@ -261,6 +284,8 @@ class PostgresApprovalStore(SQLApprovalStore):
                          f"{int(max(60.0, self.busy_timeout * 6) * 1000)}")
             return conn
         except self._pg.Error as exc:
+            if any(m in str(exc) for m in _STARTING):
+                raise _Starting from None
             cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             for secret in _passwords(self._url):
                 cause = cause.replace(secret, "***")
