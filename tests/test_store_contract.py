@@ -215,8 +215,9 @@ async def test_a_rewritten_audit_log_tail_is_detected_with_the_store(tmp_path: P
     assert not result.ok and result.problem is not None and "rewritten" in result.problem
 
 
-def test_sandbox_audit_verify_with_store_reports_the_cut(tmp_path: Path) -> None:
-    db = tmp_path / "approvals.db"
+def test_sandbox_audit_verify_with_store_reports_the_cut(tmp_path: Path,
+                                                        shared_store: str) -> None:
+    db = shared_store  # a SQLite file, or a postgresql:// URL
     log = tmp_path / "audit.jsonl"
     runner = ToolRunner([gated(tmp_path)], store_path=str(db), audit_path=str(log))
     runner.call_sync("note", {"text": "a"})
