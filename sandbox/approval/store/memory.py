@@ -131,8 +131,10 @@ class MemoryApprovalStore(ApprovalStore):
     `threading.Lock`, which makes each check-and-change atomic for every thread of the
     process. ``max_history`` (default 100,000) bounds the finished calls kept to answer
     repeated call ids; ``max_pending`` bounds the requests waiting for an answer.
-    ``ApprovalStore()`` without a path returns one of these. ``busy_timeout`` is accepted
-    (the signature is `ApprovalStore`'s) and unused: nothing here waits on another process.
+    ``ApprovalStore()`` without a path returns one of these. ``busy_timeout`` and
+    ``lease_seconds`` are accepted (the signature is `ApprovalStore`'s) and unused: nothing
+    here waits on another process, and no other process holds its calls (the sweep knows
+    this process is alive).
     """
 
     def __init__(
