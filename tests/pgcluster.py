@@ -5,7 +5,8 @@ user (PostgreSQL refuses to run as root), listens only on a unix socket inside t
 directory (``listen_addresses=''``: nothing on the network), and starts the server with
 ``pg_ctl``. ``fsync`` is off (the tests never lose the machine, only the server), but
 ``synchronous_commit`` stays on: a restart with ``-m immediate`` is a crash, and an
-asynchronous commit would be lost in it. `Cluster.stop()` stops it with ``-m immediate`` and removes the directory.
+asynchronous commit would be lost in it. `Cluster.destroy()` stops it with
+``-m immediate`` and removes the directory; `Cluster.restart()` crashes and restarts it.
 Each test gets its own schema (`Cluster.fresh_url`), so tests never see each other's
 rows. Used by tests/conftest.py and bench/approvals_load.py.
 """
