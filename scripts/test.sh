@@ -3,10 +3,11 @@
 # tests use: strace (policy oracle), chromium (approval page), tmux (terminal prompts),
 # tree, ripgrep and file (the shipped readonly policy is proven by running every program it
 # allows, and every spec is checked against its program), gawk (the awk analyzer is fuzzed
-# under mawk, Debian's awk, and gawk).
+# under mawk, Debian's awk, and gawk), postgresql (the PostgreSQL store is tested against a
+# throwaway cluster of the real server).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-EXTRAS="dev,web,adk,mcp" APT_PACKAGES="strace chromium tmux tree ripgrep file gawk" bash scripts/bootstrap.sh
+EXTRAS="dev,web,adk,mcp,postgres" APT_PACKAGES="strace chromium tmux tree ripgrep file gawk postgresql" bash scripts/bootstrap.sh
 set +e
 .venv/bin/python -m pytest -p no:cacheprovider "$@"
 status=$?
