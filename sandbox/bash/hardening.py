@@ -33,6 +33,7 @@ Extend the table, don't edit it::
 from __future__ import annotations
 
 import fnmatch
+import heapq
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -453,54 +454,47 @@ def _sed_s_flags(r: _SedScript) -> str | None:
 # reading is dropped (awk would not run it). A program no reading lexes is refused.
 
 _AWK_WORDS = ("system", "getline")
-_AWK_BUDGET = 4_000_000  # characters scanned over all readings before giving up
+_AWK_SPECIAL = re.compile(r'["/#|>@{}()]|system|getline')
+_AWK_IN_STRING = re.compile(r'[\\"\n]')
+_AWK_IN_REGEX = re.compile(r"[\\/\[\n]")
+_AWK_MAX_ENDS = 32  # '/' that may close one regex (after a '['), before giving up
+_AWK_BUDGET = 100_000  # positions and characters looked at over all readings
+_AWK_MAX_PROGRAM = 16_384  # characters: an inline program longer than this is refused
 
 
 def _awk_string_end(p: str, i: int) -> int:
     """Index after the string that starts at ``p[i] == '"'``; -1 if it never ends."""
-    n = len(p)
-    i += 1
-    while i < n:
-        ch = p[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == '"':
-            return i + 1
-        if ch == "\n":
+    while True:
+        m = _AWK_IN_STRING.search(p, i + 1)
+        if m is None or m.group() == "\n":
             return -1
-        i += 1
-    return -1
+        if m.group() == '"':
+            return m.end()
+        i = m.start() + 1  # a backslash: skip the character it escapes
 
 
-def _awk_regex_ends(p: str, i: int) -> set[int]:
+def _awk_regex_ends(p: str, i: int) -> list[int] | None:
     """Indexes after the regex that may start at ``p[i] == '/'``. Before any '[' every
     awk ends it at the first '/' no backslash escapes. After a '[' awks differ (gawk
     counts '[:' inside brackets, mawk has rules of its own, escapes inside brackets
-    vary), so every later '/' on the line may end it. A newline ends none."""
-    ends: set[int] = set()
-    n = len(p)
+    vary), so every later '/' on the line may end it. A newline ends none. None: more
+    possible ends than this check follows."""
     j = i + 1
-    while j < n:
-        ch = p[j]
-        if ch == "\n":
-            return ends
-        if ch == "\\":
-            j += 2
+    while True:
+        m = _AWK_IN_REGEX.search(p, j)
+        if m is None or m.group() == "\n":
+            return []
+        if m.group() == "\\":
+            j = m.start() + 2
             continue
-        if ch == "/":
-            ends.add(j + 1)
-            return ends
-        if ch == "[":
-            break
-        j += 1
-    end = p.find("\n", j)
-    end = n if end < 0 else end
-    k = p.find("/", j, end)
-    while k >= 0:
-        ends.add(k + 1)
-        k = p.find("/", k + 1, end)
-    return ends
+        if m.group() == "/":
+            return [m.end()]
+        break  # a '['
+    line_end = p.find("\n", m.start())
+    tail = p[m.start():len(p) if line_end < 0 else line_end]
+    if tail.count("/") > _AWK_MAX_ENDS:
+        return None
+    return [m.start() + k + 1 for k, ch in enumerate(tail) if ch == "/"]
 
 
 def _awk_operand_before(p: str, i: int) -> bool:
@@ -519,84 +513,96 @@ def awk_program_danger(program: str) -> str | None:
     source, indirect calls), or a backslash-newline; or None."""
     p = program
     n = len(p)
+    if n > _AWK_MAX_PROGRAM:
+        return (f"the awk program is {n} characters long; this check reads programs up to "
+                f"{_AWK_MAX_PROGRAM}")
     if "\\\n" in p or "\\\r" in p:
         return ("the awk program continues a line with a backslash; join the lines "
                 "(this check reads awk code line by line)")
     # Each reading is at a position with its depth of braces and parentheses: '>' is
     # a comparison, never a redirection, outside every action's braces (a pattern)
     # and inside parentheses (mawk and gawk redirect only at depth 0 of a print).
-    states: list[set[tuple[int, int]] | None] = [None] * (n + 1)
-    states[0] = {(0, 0)}
+    # Positions are visited in order; a stretch of ordinary code is jumped over.
+    states: dict[int, set[tuple[int, int]]] = {0: {(0, 0)}}
+    pending = [0]
     work = 0
 
-    def reach(pos: int, state: tuple[int, int]) -> None:
-        at = states[pos]
+    def reach(pos: int, new: set[tuple[int, int]]) -> None:
+        at = states.get(pos)
         if at is None:
-            states[pos] = {state}
+            states[pos] = set(new)
+            heapq.heappush(pending, pos)
         else:
-            at.add(state)
+            at |= new
 
-    for i in range(n):
-        here = states[i]
-        if not here:
-            continue
-        states[i] = None
+    while pending:
+        i = heapq.heappop(pending)
+        if i == n:
+            break
+        here = states.pop(i)
         work += len(here)
-        ch = p[i]
-        if ch == '"':
-            end = _awk_string_end(p, i)
-            work += (end if end > 0 else n) - i
-            for state in here:
-                if end > 0:
-                    reach(end, state)
+        if work > _AWK_BUDGET:
+            return "the awk program is too complex for this check; simplify it"
+        m = _AWK_SPECIAL.search(p, i)
+        if m is None:
+            reach(n, here)
             continue
-        if ch == "#":
+        if m.start() > i:
+            reach(m.start(), here)
+            continue
+        token = m.group()
+        if token in _AWK_WORDS:
+            return (f"the awk program uses {token!r}, which can run commands or read "
+                    "from them")
+        if token == '"':
+            end = _awk_string_end(p, i)
+            if end > 0:
+                work += end - i
+                reach(end, here)
+            continue
+        if token == "#":
             end = p.find("\n", i)
-            for state in here:
-                reach(n if end < 0 else end, state)
+            reach(n if end < 0 else end, here)
             continue
         nxt = i + 1
-        if ch == "/":
+        if token == "/":
             ends = _awk_regex_ends(p, i)
-            work += max(ends, default=n) - i
+            if ends is None:
+                return ("the awk program has a regular expression with a '[' and many '/' "
+                        "after it on its line; this check cannot tell where it ends")
+            work += (ends[-1] if ends else i) - i
             for end in ends:
-                for state in here:
-                    reach(end, state)
+                reach(end, here)
             if not _awk_operand_before(p, i):
                 continue  # no division here: only the regex reading
-        elif ch == "|":
+        elif token == "|":
             if not p.startswith("||", i):
                 return ("the awk program uses '|', a pipe to or from a command "
                         "(write 'a || b' for the logical or)")
             nxt = i + 2
-        elif ch == ">":
+        elif token == ">":
             if any(braces and not parens for braces, parens in here):
                 return ("the awk program uses '>' in an action, where it may redirect "
                         "output to a file; for a comparison write it in parentheses "
                         "('($1 > 2)') or the other way round ('b < a' for 'a > b')")
-        elif ch == "@":
+        elif token == "@":
             return ("the awk program uses '@' (gawk's @load, @include or an indirect "
                     "call), which can load code or call system")
-        elif ch in "{}()":
+        else:  # braces and parentheses
+            moved = set()
             for braces, parens in here:
-                braces += (ch == "{") - (ch == "}")
-                parens += (ch == "(") - (ch == ")")
+                braces += (token == "{") - (token == "}")
+                parens += (token == "(") - (token == ")")
                 if braces < 0 or parens < 0:
                     continue  # awk would not run it: this reading is dropped
                 if braces > 64 or parens > 64:
                     return "the awk program nests too deeply for this check"
-                reach(nxt, (braces, parens))
+                moved.add((braces, parens))
+            if moved:
+                reach(nxt, moved)
             continue
-        else:
-            for word in _AWK_WORDS:
-                if p.startswith(word, i):
-                    return (f"the awk program uses {word!r}, which can run commands or "
-                            "read from them")
-        if work > _AWK_BUDGET:
-            return "the awk program is too complex for this check; simplify it"
-        for state in here:
-            reach(nxt, state)
-    if not states[n]:
+        reach(nxt, here)
+    if n not in states:
         return ("the awk program has a string or regular expression that does not end, "
                 "or unbalanced braces or parentheses; this check cannot read it")
     return None
