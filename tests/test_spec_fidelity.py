@@ -28,7 +28,9 @@ knows as an option, ``--definitely-not-an-option-xyz``:
 - ``prog -- SENTINEL`` must not complain (``--`` ends the options), except for find,
   which reads predicates after ``--`` (its spec does too).
 
-A spec that disagrees fails here, naming the option and what the program did.
+A spec that disagrees fails here, naming the option and what the program did. The
+checker is held to the same reading: a command line in which the program reads the
+unknown sentinel as an option must be refused by `check_spec`.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +47,8 @@ from pathlib import Path
 import pytest
 
 from sandbox import BashToolPolicy
-from sandbox.bash.specs import ProgramSpec, builtin_specs
+from sandbox.bash.parse import Word
+from sandbox.bash.specs import ProgramSpec, builtin_specs, check_spec
 from sandbox.policies import names, resolve
 
 SENTINEL = "--definitely-not-an-option-xyz"
@@ -112,14 +115,22 @@ def _short(option: str, spec: ProgramSpec) -> bool:
             and option[1] != "-")
 
 
+# The spec set each checked spec belongs to (the checker dispatches subcommands in it).
+_SPEC_SETS: dict[int, Mapping[str, ProgramSpec]] = {}
+
+
 def _checked_specs() -> list[ProgramSpec]:
     """specs.toml, and the specs a shipped policy file adds or replaces."""
     builtin = builtin_specs()
     specs = list(builtin.values())
+    for spec in specs:
+        _SPEC_SETS[id(spec)] = builtin
     for policy in names():
-        for name, spec in BashToolPolicy.from_toml(resolve(policy)).program_specs.items():
+        own = BashToolPolicy.from_toml(resolve(policy)).program_specs
+        for name, spec in own.items():
             if builtin.get(name) != spec and spec not in specs:
                 specs.append(spec)
+                _SPEC_SETS[id(spec)] = own
     out = []
     for spec in specs:
         if spec.name in BUILTINS:
@@ -266,6 +277,20 @@ def test_every_spec_reads_options_as_its_program_does(repo: Path) -> None:
              f"read as an option ({out!r})"
              for p, seen, expected, out in results if seen != expected]
     assert not wrong, f"{len(wrong)} mismatches:\n" + "\n".join(wrong)
+    # And the checker itself: where the program reads the unknown sentinel as an
+    # option, the checker must refuse the command line (it reads the sentinel as the
+    # unlisted option it is, or refuses the bundle); allowing it would mean it took
+    # the sentinel for a value or an operand.
+    by_name = {spec.name: spec for spec in specs}
+    slipped = []
+    for p, seen, _, _ in results:
+        if seen and p.word in (SENTINEL, FIND_SENTINEL):
+            spec_set = _SPEC_SETS[id(by_name[p.spec])]
+            words = [Word(a, a, a, True) for a in p.argv]
+            if check_spec(words, spec_set) is None:
+                slipped.append(f"{p.spec}: {p.what}: `{' '.join(p.argv)}`")
+    assert not slipped, "the checker allows what the program reads as an option:\n" + \
+        "\n".join(slipped)
 
 
 @pytest.mark.parametrize("command", [
