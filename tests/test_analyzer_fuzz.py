@@ -19,6 +19,7 @@ A CI budget of a few thousand cases; SANDBOX_FUZZ_CASES raises it for a long run
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import re
@@ -257,3 +258,26 @@ def test_without_specs_the_r7_table_finds_the_program_in_any_option_form(command
     program = command.split()[0]
     decision = BashToolPolicy(allowed_command_prefixes=(program,)).check(command)
     assert not decision.allowed and decision.rule == "R7", decision.reason
+
+
+def test_every_short_sed_script_the_analyzer_accepts_compiles_under_sed_sandbox() -> None:
+    """Exhaustively, every script of up to three characters from sed's structural
+    characters and the commands that run or write: what the analyzer accepts, GNU sed
+    --sandbox compiles without an e or w (r is left out: --sandbox refuses it too)."""
+    sed = shutil.which("sed")
+    assert sed is not None
+    alphabet = ["e", "w", "W", "s", "y", "/", "[", "]", "\\", "\n", ";", "}", "{", "a", ":",
+                "b", "#", "1", ",", "!", " ", "I"]
+    accepted = [s for n in (1, 2, 3) for s in map("".join, itertools.product(alphabet, repeat=n))
+                if sed_script_danger(s) is None]
+
+    def sandboxed(script: str) -> tuple[str, bool]:
+        proc = subprocess.run([sed, "--sandbox", "-n", "-e", script, "/dev/null"],
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=5,
+                              check=False)
+        return script, b"disabled in sandbox mode" in proc.stderr
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        bad = [s for s, refused in pool.map(sandboxed, accepted) if refused]
+    assert not bad, bad[:10]
+    assert len(accepted) > 1000
