@@ -58,12 +58,12 @@ class AutoApprove:
         self.on_timeout: OnTimeout = on_timeout
 
     async def confirm(self, request: ConfirmationRequest) -> Decision:
-        return _AUTO_APPROVED  # immutable: one instance serves every request
+        return AUTO_APPROVED  # immutable: one instance serves every request
 
 
-_AUTO_APPROVED = Decision.approve(decided_by=AutoApprove.name, channel=AutoApprove.name)
+AUTO_APPROVED = Decision.approve(decided_by=AutoApprove.name, channel=AutoApprove.name)
 #: What the store records for it, as JSON text (computed once: the decision is immutable).
-_AUTO_APPROVED_JSON = json.dumps(_AUTO_APPROVED.model_dump(mode="json"), ensure_ascii=False)
+AUTO_APPROVED_JSON = json.dumps(AUTO_APPROVED.model_dump(mode="json"), ensure_ascii=False)
 _AUTO_APPROVE_CONFIRM = AutoApprove.confirm
 
 
@@ -76,7 +76,7 @@ def fixed_answer(provider: object) -> Decision | None:
     """
     confirm = getattr(provider, "confirm", None)
     if getattr(confirm, "__func__", None) is _AUTO_APPROVE_CONFIRM:
-        return _AUTO_APPROVED
+        return AUTO_APPROVED
     return None
 
 

@@ -1,0 +1,268 @@
+"""Every step a call takes in the store, and the audit event that step emits: one place.
+
+The gate's other parts never write to the store or the audit log themselves; they ask
+for a transition here (open, park, decide, grant, start, finish, end, in doubt), which
+runs it as one store step (`offload.StoreSteps`: inline for a memory store, on the
+store's worker thread for a file or a server) and, when it took effect, emits its
+event. An event is therefore written for what the store recorded, never for what a
+part meant to do. Events that would only be rendered for a trail are built only when
+the call is audited (`Call.audited`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..audit import AuditLog
+from ..errors import (
+    ConfigurationError,
+    ConfirmationStateError,
+    ConfirmationTimedOutError,
+    RuleError,
+)
+from .call import Asked, Call, Request, public
+from .display import shown
+from .models import ConfirmationRequest, Decision, args_digest
+from .offload import StoreSteps
+from .providers import AUTO_APPROVED, AUTO_APPROVED_JSON
+from .results import NotRun, Status
+from .rules import Rule, RuleBook
+from .store import ApprovalStore, CallRecord
+
+
+class Transitions:
+    """The store and the audit trail of one runner, written together."""
+
+    def __init__(self, store: ApprovalStore, audit: AuditLog, rules: RuleBook) -> None:
+        self.store = store
+        self.audit = audit
+        self.rules = rules
+        self.step = StoreSteps(store)
+
+    # -- calls -------------------------------------------------------------------------
+
+    async def open(self, call: Call) -> CallRecord | None:
+        """Record a new call; the existing record if its id is known."""
+        store = self.store
+        if not self.step.blocking:
+            return store.open_call(call.call_id, call.name, call.digest, call.args,
+                                   call.session_id, args_json=call.args_json)
+        return await self.step(store.open_call, call.call_id, call.name, call.digest,
+                               call.args, call.session_id, args_json=call.args_json)
+
+    def refused(self, name: str, call_id: str, reason: str, digest: str | None = None,
+                **fields: Any) -> None:
+        """A call refused before (or without) any store step: only the trail records it."""
+        self.audit.emit("tool.rejected", tool=name, call_id=call_id, digest=digest,
+                        reason=reason, **fields)
+
+    async def end(self, call: Call, state: str, result: dict[str, Any], event: str,
+                  ) -> dict[str, Any]:
+        """End a call that did not run (blocked, failed, rejected, error) with ``result``."""
+        await self.step(self.store.finish, call.call_id, state, result)
+        self.audit.emit(event, tool=call.name, call_id=call.call_id, digest=call.digest,
+                        error=result.get("error"))
+        return result
+
+    async def start(self, call: Call) -> NotRun | None:
+        """Claim the call's grant (or its no-confirmation start): None when claimed."""
+        store = self.store
+        claimed = (store.start(call.call_id, call.digest) if not self.step.blocking
+                   else await self.step(store.start, call.call_id, call.digest))
+        if not claimed:
+            rec = await self.step(store.get_call, call.call_id)
+            message = (f"call {call.call_id} cannot start: it is {rec.state}, and a grant is "
+                       "used once and only for the exact arguments approved")
+            self.refused(call.name, call.call_id, message, call.digest)
+            return NotRun(Status.REJECTED, message, call.call_id)
+        self.started(call)
+        return None
+
+    def started(self, call: Call) -> None:
+        if call.audited:
+            self.audit.emit("tool.started", tool=call.name, call_id=call.call_id,
+                            digest=call.digest)
+
+    async def finish(self, call: Call, result: dict[str, Any]) -> None:
+        store = self.store
+        if not self.step.blocking:
+            store.finish(call.call_id, "done", result)
+        else:
+            await self.step(store.finish, call.call_id, "done", result)
+        if call.audited:
+            self.audit.emit("tool.finished", tool=call.name, call_id=call.call_id,
+                            digest=call.digest, error=result.get("error"))
+
+    async def in_doubt(self, call: Call, reason: str) -> None:
+        """The run was interrupted: its effects are unknown; it is never run again."""
+        await self.step(self.store.finish, call.call_id, "in_doubt",
+                        {"status": "in_doubt", "error": f"{reason}; effects unknown"})
+        self.audit.emit("tool.in_doubt", tool=call.name, call_id=call.call_id,
+                        digest=call.digest, reason=reason)
+
+    async def sweep(self) -> list[CallRecord]:
+        """Mark the calls of dead workers in doubt; every call in doubt."""
+        found: list[CallRecord] = await self.step(self.store.in_doubt)
+        return found
+
+    def report_in_doubt(self, records: list[CallRecord]) -> None:
+        for rec in records:
+            self.audit.emit("tool.in_doubt", tool=rec.tool, call_id=rec.call_id,
+                            digest=rec.digest)
+
+    # -- requests ----------------------------------------------------------------------
+
+    async def park(self, call: Call, *, hint: str, payload: Any, kind: str,
+                   expires: float | None, details: dict[str, Any] | None,
+                   edited_from: str | None, subjects: tuple[tuple[str, ...], ...] | None,
+                   rule_session: str) -> tuple[Asked, list[Rule] | None]:
+        """Park a request for ``call``, and find the rules that approve it: one step.
+
+        A tool asking from inside wants a human's payload, never a rule's answer.
+        """
+        def park() -> tuple[str, float, list[Rule] | None]:
+            rid, created = self.store.park(
+                call_id=call.call_id, tool=call.name, args=call.args, digest=call.digest,
+                hint=hint, payload=payload, kind=kind, expires_at=expires, details=details,
+                edited_from=edited_from, session_id=call.session_id,
+                args_json=call.args_json)
+            rules = None if kind == "tool" else self.rules.match(
+                call.name, call.args, subjects=subjects, session_id=rule_session)
+            return rid, created, rules
+
+        rid, created, rules = park() if not self.step.blocking else await self.step(park)
+        asked = Asked(rid, created, call, hint, payload, kind, expires, details, edited_from)
+        if call.audited:
+            self.audit.emit("tool.requested", tool=call.name, call_id=call.call_id,
+                            digest=call.digest, args=call.args, confirmation_id=rid,
+                            hint=hint, kind=kind, details=details or None)
+        return asked, rules
+
+    async def decide(self, call: Call, req: Request, result: dict[str, Any] | None, *,
+                     status: str, outcome: str, reason: str | None,
+                     decision: Decision | None = None, channel: str | None = None,
+                     start: bool = False) -> NotRun | None:
+        """Record the request's one decision (with ``result`` as the call's outcome when
+        it ends the call; ``start`` also claims the grant in the same step). None, or
+        why it was refused: the request had been answered already, or expired."""
+        decided_by = decision.decided_by if decision is not None else None
+        channel = (decision.channel if decision is not None else None) or channel
+        recorded = None if decision is None else decision_json(decision)
+        store = self.store
+        try:
+            if not self.step.blocking:
+                store.decide(req.id, status=status, outcome=outcome, reason=reason,
+                             decided_by=decided_by, channel=channel, decision=recorded,
+                             call_result=result, start=start)
+            else:
+                await self.step(store.decide, req.id, status=status, outcome=outcome,
+                                reason=reason, decided_by=decided_by, channel=channel,
+                                decision=recorded, call_result=result, start=start)
+        except ConfirmationTimedOutError as exc:
+            self.audit.emit("tool.timed_out", tool=call.name, call_id=req.call_id,
+                            digest=req.digest, confirmation_id=req.id, reason=str(exc),
+                            answered_by=decided_by, channel=channel)
+            return NotRun(Status.TIMED_OUT, f"Confirmation timed out: {exc}. The tool was "
+                          "not run.", req.call_id)
+        except ConfirmationStateError as exc:
+            self.refused(call.name, req.call_id, str(exc), req.digest,
+                         confirmation_id=req.id)
+            return NotRun(Status.REJECTED, f"{exc}. Nothing was run.", req.call_id)
+        if call.audited:
+            self._decided(call, req, status, reason, decision, decided_by, channel)
+        if start:
+            self.started(call)
+        return None
+
+    def _decided(self, call: Call, req: Request, status: str, reason: str | None,
+                 decision: Decision | None, decided_by: str | None,
+                 channel: str | None) -> None:
+        tool = call.tool
+        edited = decision.args if decision is not None else None
+        shown_args = self._redacted(req.tool, req.args)
+        # A wait that ran out is its own step in the trail, never mistaken for a decision.
+        event = "tool.timed_out" if status == "timed_out" else "tool.decided"
+        self.audit.emit(event, tool=tool.name, call_id=req.call_id, digest=req.digest,
+                        confirmation_id=req.id, decision=status, reason=reason,
+                        decided_by=decided_by, channel=channel,
+                        scope=decision.scope if decision else None,
+                        shown=_shown(tool, public(req), shown_args),
+                        edited_args=self._redacted(req.tool, edited) if edited else None,
+                        edit=_args_diff(shown_args, self._redacted(req.tool, edited),
+                                        args_digest(req.tool, edited))
+                        if edited is not None else None)
+
+    def still_pending(self, call: Call, req: Request, provider: Any) -> None:
+        """The provider's wait ran out with ``on_timeout="pending"``: the request stays."""
+        self.audit.emit("tool.timed_out", tool=call.name, call_id=call.call_id,
+                        digest=call.digest, confirmation_id=req.id, still_pending=True,
+                        channel=getattr(provider, "name", None))
+
+    async def grant(self, call: Call) -> None:
+        """An edited call (``call`` holds the edited arguments) is approved as edited."""
+        await self.step(self.store.grant, call.call_id, call.digest, call.args)
+
+    # -- rules -------------------------------------------------------------------------
+
+    async def remember(self, call: Call, req: Request, answer: Decision,
+                       subjects: tuple[tuple[str, ...], ...] | None,
+                       rule_session: str) -> list[Rule]:
+        """Save the rules an approval with scope session/always asks for; a rule that
+        does not fit the call is refused (the approval itself still stands)."""
+        try:
+            made = await self.step(self.rules.from_decision, public(req), answer,
+                                   subjects=subjects,
+                                   session_id=req.session_id or rule_session)
+        except (RuleError, ConfigurationError) as exc:
+            self.audit.emit("rule.refused", tool=call.name, call_id=req.call_id,
+                            digest=req.digest, confirmation_id=req.id, reason=str(exc))
+            return []
+        for rule in made:
+            self.audit.emit("rule.created", tool=call.name, call_id=req.call_id,
+                            digest=req.digest, confirmation_id=req.id, rule_id=rule.id,
+                            rule=rule.describe(), scope=rule.scope,
+                            expires_at=rule.expires_at.isoformat(),
+                            decided_by=answer.decided_by, channel=answer.channel)
+        return made
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def request_and_rounds(self, confirmation_id: str,
+                                 ) -> tuple[ConfirmationRequest, int]:
+        """A request and how many were made for its call: one step."""
+        def read() -> tuple[ConfirmationRequest, int]:
+            req = self.store.get_request(confirmation_id)
+            return req, self.store.count_requests(req.call_id)
+
+        return await self.step(read)
+
+    def _redacted(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        redact = self.audit.redact
+        return redact(tool, args) if redact is not None else args
+
+
+def decision_json(decision: Decision) -> str | dict[str, Any]:
+    """A decision as the store records it (the fixed `AutoApprove` one is made once)."""
+    if decision is AUTO_APPROVED:
+        return AUTO_APPROVED_JSON
+    return decision.model_dump(mode="json")
+
+
+def _shown(tool: Any, request: ConfirmationRequest, args: dict[str, Any]) -> dict[str, Any]:
+    """What the human was shown, with the tool's own rendering of its arguments."""
+    try:
+        rendered = tool.render_args(args)
+    except Exception:  # a rendering that fails falls back to the arguments as JSON
+        rendered = None
+    return shown(request, args, rendered)
+
+
+def _args_diff(old: dict[str, Any], new: dict[str, Any], new_digest: str) -> dict[str, Any]:
+    """What an edit changed, key by key, and the digest of the edited call."""
+    return {
+        "changed": {k: {"old": old[k], "new": new[k]} for k in sorted(old.keys() & new.keys())
+                    if old[k] != new[k]},
+        "added": {k: new[k] for k in sorted(new.keys() - old.keys())},
+        "removed": {k: old[k] for k in sorted(old.keys() - new.keys())},
+        "new_digest": new_digest,
+    }
