@@ -40,7 +40,7 @@ from .providers import ConfirmationProvider, fixed_answer, parse_answer
 from .results import Awaiting, NotRun, Status
 from .rules import RuleBook
 from .store import ApprovalStore, CallRecord, new_id, open_store
-from .transitions import Transitions
+from .transitions import Park, Transitions
 
 #: Longest call id accepted (ADK's and OpenAI's ids are a few dozen characters).
 MAX_CALL_ID = 256
@@ -177,19 +177,27 @@ class ToolRunner:
             return NotRun(Status.ERROR, message).to_dict()
         call = Call(tool, call_id, checked, text, digest_of(name, text), self.session_id,
                     self.audit.enabled)
-        existing = await self._transitions.open(call)
-        if existing is not None:
-            return await self._execution.replay(existing, call)
+        # The gate's verdict first, then the call is recorded together with its first
+        # step (started, ended, or parked): one store step. A call id used before is
+        # answered from its record, whatever the verdict was this time.
         ctx = self._context(call_id)
         verdict = await gate.check(tool, checked, ctx)
+        t = self._transitions
         if verdict is gate.PROCEED:
-            return await self._run(call, None, ctx, round_=0, claimed=False)
+            opened = await t.open_and_start(call)
+            if opened is None:
+                return await self._run(call, None, ctx, round_=0, claimed=True)
+            if isinstance(opened, NotRun):
+                return opened.to_dict()
+            return await self._execution.replay(opened, call)
         if isinstance(verdict, gate.Stop):
-            return await self._transitions.end(call, verdict.state, verdict.result,
-                                               verdict.event)
+            ended = await t.open_and_end(call, verdict.state, verdict.result, verdict.event)
+            if isinstance(ended, dict):
+                return ended
+            return await self._execution.replay(ended, call)
         assert isinstance(verdict, gate.Ask)
         return await self._ask(call, ctx, hint=verdict.hint, payload=None, kind=verdict.kind,
-                               round_=0)
+                               round_=0, opening=True)
 
     async def pending(self) -> list[ConfirmationRequest]:
         """Confirmation requests waiting for an answer, oldest first."""
@@ -213,7 +221,8 @@ class ToolRunner:
         and nothing runs.
         """
         t = self._transitions
-        req, rounds = await t.request_and_rounds(confirmation_id)
+        req, rounds, recorded = await t.read_request(confirmation_id,
+                                                     with_answer=confirmation is None)
         tool = self._tool(req.tool)
         if not self._same_session(req):
             # Another session's request was shown with that session's facts (its
@@ -233,13 +242,12 @@ class ToolRunner:
                 "timeout", f"confirmation {req.id} expired before it was answered"),
                 ctx, rounds)
         if confirmation is None:
-            answer = await t.step(self.store.get_answer, confirmation_id)
-            if answer is None:
+            if recorded is None:
                 raise ConfirmationStateError(
                     f"confirmation {confirmation_id} has no recorded answer to apply; pass "
                     "the answer: resume(id, ToolConfirmation(confirmed=True)) or a Decision"
                 )
-            confirmation = answer
+            confirmation = recorded
         if isinstance(confirmation, str) and confirmation.strip().lower() in _WORDS:
             raise ConfigurationError(
                 f"resume({confirmation_id!r}, {confirmation!r}): an answer is not a word; pass "
@@ -295,22 +303,34 @@ class ToolRunner:
     # -- the flow between the parts ------------------------------------------------------
 
     async def _ask(self, call: Call, ctx: ToolContext, *, hint: str, payload: Any, kind: str,
-                   round_: int, edited_from: str | None = None) -> dict[str, Any]:
-        """Park a request for ``call``; answer it by rule, by a fixed answer or by the
-        provider, or leave it waiting."""
+                   round_: int, edited_from: str | None = None,
+                   opening: bool = False) -> dict[str, Any]:
+        """Park a request for ``call`` (``opening``: recording the call in the same
+        step); answer it by rule, by a fixed answer or by the provider, or leave it
+        waiting."""
         t = self._transitions
         if round_ >= self.max_rounds:
-            return await t.end(call, "error", NotRun(Status.ERROR, (
+            stopped = NotRun(Status.ERROR, (
                 f"{call.name} asked for confirmation {round_} times in one call "
-                f"(max_rounds={self.max_rounds}); the call was stopped")).to_dict(),
-                "tool.failed")
+                f"(max_rounds={self.max_rounds}); the call was stopped")).to_dict()
+            if not opening:
+                return await t.end(call, "error", stopped, "tool.failed")
+            ended = await t.open_and_end(call, "error", stopped, "tool.failed")
+            return ended if isinstance(ended, dict) else await self._execution.replay(
+                ended, call)
         subjects = gate.rule_subjects(call.tool, call.args)
+        park = Park(hint, payload, kind,
+                    time.time() + self.approval_ttl if self.approval_ttl else None,
+                    gate.request_details(call.tool, call.args, subjects), edited_from,
+                    subjects, self.rule_session)
         try:
-            req, rules = await t.park(
-                call, hint=hint, payload=payload, kind=kind,
-                expires=time.time() + self.approval_ttl if self.approval_ttl else None,
-                details=gate.request_details(call.tool, call.args, subjects),
-                edited_from=edited_from, subjects=subjects, rule_session=self.rule_session)
+            if not opening:
+                req, rules = await t.park(call, park)
+            else:
+                parked = await t.open_and_park(call, park)
+                if isinstance(parked, CallRecord):
+                    return await self._execution.replay(parked, call)
+                req, rules = parked
         except ConfirmationStateError as exc:
             return await t.end(call, "error", NotRun(Status.ERROR, str(exc)).to_dict(),
                                "tool.failed")

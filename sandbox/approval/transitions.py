@@ -11,7 +11,9 @@ the call is audited (`Call.audited`).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from ..audit import AuditLog
 from ..errors import (
@@ -29,6 +31,29 @@ from .results import NotRun, Status
 from .rules import Rule, RuleBook
 from .store import ApprovalStore, CallRecord
 
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class First(Generic[T]):
+    """What a new call's first step returned (beside an existing call's record)."""
+
+    value: T
+
+
+@dataclass(frozen=True, slots=True)
+class Park:
+    """A request to park: the question, why it is asked, and what a rule must cover."""
+
+    hint: str
+    payload: Any
+    kind: str
+    expires: float | None
+    details: dict[str, Any] | None
+    edited_from: str | None
+    subjects: tuple[tuple[str, ...], ...] | None
+    rule_session: str
+
 
 class Transitions:
     """The store and the audit trail of one runner, written together."""
@@ -41,14 +66,47 @@ class Transitions:
 
     # -- calls -------------------------------------------------------------------------
 
-    async def open(self, call: Call) -> CallRecord | None:
-        """Record a new call; the existing record if its id is known."""
-        store = self.store
-        if not self.step.blocking:
-            return store.open_call(call.call_id, call.name, call.digest, call.args,
+    async def _in_step(self, body: Callable[[], T]) -> T:
+        return body() if not self.step.blocking else await self.step(body)
+
+    def _open_then(self, call: Call, first: Callable[[], T]) -> CallRecord | First[T]:
+        """Record a new call and take its ``first`` step; the existing record instead
+        (and no step) when its id is known. Run as one store step."""
+        rec = self.store.open_call(call.call_id, call.name, call.digest, call.args,
                                    call.session_id, args_json=call.args_json)
-        return await self.step(store.open_call, call.call_id, call.name, call.digest,
-                               call.args, call.session_id, args_json=call.args_json)
+        return rec if rec is not None else First(first())
+
+    async def open_and_start(self, call: Call) -> CallRecord | NotRun | None:
+        """Open a call that needs no human and claim its start: None when claimed."""
+        opened = await self._in_step(lambda: self._open_then(
+            call, lambda: self.store.start(call.call_id, call.digest)))
+        if not isinstance(opened, First):
+            return opened
+        if not opened.value:
+            return await self._not_started(call)
+        self.started(call)
+        return None
+
+    async def open_and_end(self, call: Call, state: str, result: dict[str, Any],
+                           event: str) -> CallRecord | dict[str, Any]:
+        """Open a call the gate stopped, and end it with ``result``."""
+        opened = await self._in_step(lambda: self._open_then(
+            call, lambda: self.store.finish(call.call_id, state, result)))
+        if not isinstance(opened, First):
+            return opened
+        self.audit.emit(event, tool=call.name, call_id=call.call_id, digest=call.digest,
+                        error=result.get("error"))
+        return result
+
+    async def open_and_park(self, call: Call, park: Park,
+                            ) -> CallRecord | tuple[Asked, list[Rule] | None]:
+        """Open a call that needs a human, park its request and find the rules that
+        approve it. A full queue is refused before anything is opened."""
+        opened = await self._in_step(lambda: self._open_then(
+            call, lambda: self._park(call, park)))
+        if not isinstance(opened, First):
+            return opened
+        return self._parked(call, park, opened.value)
 
     def refused(self, name: str, call_id: str, reason: str, digest: str | None = None,
                 **fields: Any) -> None:
@@ -65,18 +123,19 @@ class Transitions:
         return result
 
     async def start(self, call: Call) -> NotRun | None:
-        """Claim the call's grant (or its no-confirmation start): None when claimed."""
-        store = self.store
-        claimed = (store.start(call.call_id, call.digest) if not self.step.blocking
-                   else await self.step(store.start, call.call_id, call.digest))
+        """Claim the call's grant: None when claimed."""
+        claimed = await self._in_step(lambda: self.store.start(call.call_id, call.digest))
         if not claimed:
-            rec = await self.step(store.get_call, call.call_id)
-            message = (f"call {call.call_id} cannot start: it is {rec.state}, and a grant is "
-                       "used once and only for the exact arguments approved")
-            self.refused(call.name, call.call_id, message, call.digest)
-            return NotRun(Status.REJECTED, message, call.call_id)
+            return await self._not_started(call)
         self.started(call)
         return None
+
+    async def _not_started(self, call: Call) -> NotRun:
+        rec = await self.step(self.store.get_call, call.call_id)
+        message = (f"call {call.call_id} cannot start: it is {rec.state}, and a grant is "
+                   "used once and only for the exact arguments approved")
+        self.refused(call.name, call.call_id, message, call.digest)
+        return NotRun(Status.REJECTED, message, call.call_id)
 
     def started(self, call: Call) -> None:
         if call.audited:
@@ -84,11 +143,7 @@ class Transitions:
                             digest=call.digest)
 
     async def finish(self, call: Call, result: dict[str, Any]) -> None:
-        store = self.store
-        if not self.step.blocking:
-            store.finish(call.call_id, "done", result)
-        else:
-            await self.step(store.finish, call.call_id, "done", result)
+        await self._in_step(lambda: self.store.finish(call.call_id, "done", result))
         if call.audited:
             self.audit.emit("tool.finished", tool=call.name, call_id=call.call_id,
                             digest=call.digest, error=result.get("error"))
@@ -112,31 +167,32 @@ class Transitions:
 
     # -- requests ----------------------------------------------------------------------
 
-    async def park(self, call: Call, *, hint: str, payload: Any, kind: str,
-                   expires: float | None, details: dict[str, Any] | None,
-                   edited_from: str | None, subjects: tuple[tuple[str, ...], ...] | None,
-                   rule_session: str) -> tuple[Asked, list[Rule] | None]:
-        """Park a request for ``call``, and find the rules that approve it: one step.
+    async def park(self, call: Call, park: Park) -> tuple[Asked, list[Rule] | None]:
+        """Park a request for a call in progress, and find the rules that approve it:
+        one store step."""
+        parked = await self._in_step(lambda: self._park(call, park))
+        return self._parked(call, park, parked)
 
-        A tool asking from inside wants a human's payload, never a rule's answer.
-        """
-        def park() -> tuple[str, float, list[Rule] | None]:
-            rid, created = self.store.park(
-                call_id=call.call_id, tool=call.name, args=call.args, digest=call.digest,
-                hint=hint, payload=payload, kind=kind, expires_at=expires, details=details,
-                edited_from=edited_from, session_id=call.session_id,
-                args_json=call.args_json)
-            rules = None if kind == "tool" else self.rules.match(
-                call.name, call.args, subjects=subjects, session_id=rule_session)
-            return rid, created, rules
+    def _park(self, call: Call, park: Park) -> tuple[str, float, list[Rule] | None]:
+        rid, created = self.store.park(
+            call_id=call.call_id, tool=call.name, args=call.args, digest=call.digest,
+            hint=park.hint, payload=park.payload, kind=park.kind, expires_at=park.expires,
+            details=park.details, edited_from=park.edited_from, session_id=call.session_id,
+            args_json=call.args_json)
+        # A tool asking from inside wants a human's payload, never a rule's answer.
+        rules = None if park.kind == "tool" else self.rules.match(
+            call.name, call.args, subjects=park.subjects, session_id=park.rule_session)
+        return rid, created, rules
 
-        rid, created, rules = park() if not self.step.blocking else await self.step(park)
-        asked = Asked(rid, created, call, hint, payload, kind, expires, details, edited_from)
+    def _parked(self, call: Call, park: Park, parked: tuple[str, float, list[Rule] | None],
+                ) -> tuple[Asked, list[Rule] | None]:
+        rid, created, rules = parked
         if call.audited:
             self.audit.emit("tool.requested", tool=call.name, call_id=call.call_id,
                             digest=call.digest, args=call.args, confirmation_id=rid,
-                            hint=hint, kind=kind, details=details or None)
-        return asked, rules
+                            hint=park.hint, kind=park.kind, details=park.details or None)
+        return Asked(rid, created, call, park.hint, park.payload, park.kind, park.expires,
+                     park.details, park.edited_from), rules
 
     async def decide(self, call: Call, req: Request, result: dict[str, Any] | None, *,
                      status: str, outcome: str, reason: str | None,
@@ -227,14 +283,16 @@ class Transitions:
 
     # -- reading -----------------------------------------------------------------------
 
-    async def request_and_rounds(self, confirmation_id: str,
-                                 ) -> tuple[ConfirmationRequest, int]:
-        """A request and how many were made for its call: one step."""
-        def read() -> tuple[ConfirmationRequest, int]:
+    async def read_request(self, confirmation_id: str, *, with_answer: bool,
+                           ) -> tuple[ConfirmationRequest, int, dict[str, Any] | None]:
+        """A request, how many were made for its call, and (``with_answer``) the answer
+        another channel recorded for it: one store step."""
+        def read() -> tuple[ConfirmationRequest, int, dict[str, Any] | None]:
             req = self.store.get_request(confirmation_id)
-            return req, self.store.count_requests(req.call_id)
+            answer = self.store.get_answer(confirmation_id) if with_answer else None
+            return req, self.store.count_requests(req.call_id), answer
 
-        return await self.step(read)
+        return await self._in_step(read)
 
     def _redacted(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         redact = self.audit.redact
