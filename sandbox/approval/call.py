@@ -8,7 +8,10 @@ request this runner has just parked: what the gate reads of it, without building
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
+import secrets
 import time
 from datetime import datetime
 from typing import Any
@@ -16,6 +19,31 @@ from typing import Any
 from ..tools.base import BaseTool
 from .models import ConfirmationRequest
 from .store.records import built_request, dt
+
+
+class _CallIds:
+    """Call ids for calls made without one: a random per-process prefix and a counter.
+
+    Unique across the processes sharing a store (the prefix has 96 random bits and is
+    drawn again in a forked child, which would otherwise repeat its parent's ids), and
+    cheaper than drawing 96 random bits per call. A call id binds a call; it is not a
+    secret (confirmation ids, which answer requests, stay fully random).
+    """
+
+    def __init__(self) -> None:
+        self.reseed()
+
+    def reseed(self) -> None:
+        self.prefix = f"call_{secrets.token_hex(12)}_"
+        self.counter = itertools.count(1)
+
+    def next(self) -> str:
+        return f"{self.prefix}{next(self.counter):x}"
+
+
+_CALL_IDS = _CallIds()
+os.register_at_fork(after_in_child=_CALL_IDS.reseed)
+new_call_id = _CALL_IDS.next
 
 
 class Call:

@@ -31,7 +31,7 @@ from ..errors import (
 from ..tools.base import BaseTool, ToolArgumentError
 from ..tools.context import OUTER_CALL, ToolConfirmation, ToolContext
 from . import gate
-from .call import Call, Request, expired
+from .call import Call, Request, expired, new_call_id
 from .consult import Failure, consult
 from .execute import AskedInside, Execution
 from .grants import AskAgain, Ended, Grants
@@ -156,7 +156,7 @@ class ToolRunner:
         the tool again; with other arguments it raises `DuplicateCallError`.
         """
         tool = self._tool(name)
-        call_id = call_id or new_id("call")
+        call_id = call_id or new_call_id()
         if not isinstance(call_id, str) or not 0 < len(call_id) <= MAX_CALL_ID:
             raise ConfigurationError(
                 f"call_id must be a non-empty string of at most {MAX_CALL_ID} characters, "
