@@ -53,8 +53,7 @@ class Execution:
             return await t.end(call, "failed", {
                 "status": "error",
                 "error": f"{call.name} raised {type(exc).__name__}: {exc}"}, "tool.failed")
-        # Taken off the context: the next run (after the answer) starts with no request.
-        requested = ctx.actions.requested_tool_confirmations.pop(call.call_id, None)
+        requested = ctx.take_confirmation_request()
         if requested is not None:
             return AskedInside(requested.hint, requested.payload)
         if not isinstance(result, dict):

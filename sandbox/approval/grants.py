@@ -30,19 +30,19 @@ from .results import Denied, NotRun, Status
 from .transitions import Transitions
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ended:
     result: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Run:
     call: Call
     confirmation: ToolConfirmation
     claimed: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AskAgain:
     call: Call
     hint: str

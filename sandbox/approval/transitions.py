@@ -34,14 +34,14 @@ from .store import ApprovalStore, CallRecord
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class First(Generic[T]):
     """What a new call's first step returned (beside an existing call's record)."""
 
     value: T
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made for every request, and frozen is slower
 class Park:
     """A request to park: the question, why it is asked, and what a rule must cover."""
 
@@ -78,8 +78,10 @@ class Transitions:
 
     async def open_and_start(self, call: Call) -> CallRecord | NotRun | None:
         """Open a call that needs no human and claim its start: None when claimed."""
-        opened = await self._in_step(lambda: self._open_then(
-            call, lambda: self.store.start(call.call_id, call.digest)))
+        def step() -> CallRecord | First[bool]:
+            return self._open_then(call, lambda: self.store.start(call.call_id, call.digest))
+
+        opened = step() if not self.step.blocking else await self.step(step)
         if not isinstance(opened, First):
             return opened
         if not opened.value:
@@ -102,8 +104,10 @@ class Transitions:
                             ) -> CallRecord | tuple[Asked, list[Rule] | None]:
         """Open a call that needs a human, park its request and find the rules that
         approve it. A full queue is refused before anything is opened."""
-        opened = await self._in_step(lambda: self._open_then(
-            call, lambda: self._park(call, park)))
+        def step() -> CallRecord | First[tuple[str, float, list[Rule] | None]]:
+            return self._open_then(call, lambda: self._park(call, park))
+
+        opened = step() if not self.step.blocking else await self.step(step)
         if not isinstance(opened, First):
             return opened
         return self._parked(call, park, opened.value)
@@ -143,7 +147,10 @@ class Transitions:
                             digest=call.digest)
 
     async def finish(self, call: Call, result: dict[str, Any]) -> None:
-        await self._in_step(lambda: self.store.finish(call.call_id, "done", result))
+        if not self.step.blocking:
+            self.store.finish(call.call_id, "done", result)
+        else:
+            await self.step(self.store.finish, call.call_id, "done", result)
         if call.audited:
             self.audit.emit("tool.finished", tool=call.name, call_id=call.call_id,
                             digest=call.digest, error=result.get("error"))
