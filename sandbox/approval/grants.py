@@ -26,7 +26,8 @@ from . import gate
 from .call import Call, Request
 from .consult import Failure
 from .models import Decision, canonical_json, digest_of
-from .results import Denied, NotRun, Status
+from .plan import Plan, plan
+from .results import NotRun, Status
 from .transitions import Transitions
 
 
@@ -62,49 +63,29 @@ class Grants:
 
     async def settle(self, call: Call, req: Request, answer: Decision | Failure,
                      ctx: ToolContext) -> Next:
-        t = self.transitions
-        if isinstance(answer, Failure):
-            return Ended(await self._failed(call, req, answer))
-        if answer.outcome == "deny":
-            reason = answer.reason or "no reason given"
-            result = Denied(reason).to_dict()
-            refused = await t.decide(call, req, result, status="denied", outcome="deny",
-                                     reason=reason, decision=answer)
-            return Ended(refused.to_dict() if refused is not None else result)
-        if answer.outcome == "approve":
-            # Approving and claiming is one store step unless rules are saved in between.
-            claim = answer.scope == "once"
-            refused = await t.decide(call, req, None, status="approved", outcome="approve",
-                                     reason=answer.reason, decision=answer, start=claim)
-            if refused is not None:
-                return Ended(refused.to_dict())
-            if not claim:
-                await t.remember(call, req, answer, gate.rule_subjects(call.tool, req.args),
-                                 self.rule_session)
-            return Run(call, approval(req.hint, answer.payload), claim)
-        return await self._edit(call, req, answer, ctx)
+        """Record the decision ``answer`` makes, then say what comes next."""
+        decided = plan(answer, self.channel)
+        refused = await self.transitions.decide(call, req, decided)
+        if refused is not None:
+            return Ended(refused.to_dict())
+        return await self.decided(call, req, answer, decided, ctx)
 
-    async def _failed(self, call: Call, req: Request, failure: Failure) -> dict[str, Any]:
-        if failure.kind == "unavailable":
-            status, result = "error", NotRun(
-                Status.REFUSED, f"{failure.message}. The tool was not run.").to_dict()
-        else:
-            status = "timed_out" if failure.kind == "timeout" else "error"
-            verb = "timed out" if status == "timed_out" else "failed"
-            result = NotRun(Status(status), f"Confirmation {verb}: {failure.message}. The "
-                            "tool was not run.").to_dict()
-        refused = await self.transitions.decide(
-            call, req, result, status=status, outcome=failure.kind, reason=failure.message,
-            channel=self.channel)
-        return refused.to_dict() if refused is not None else result
+    async def decided(self, call: Call, req: Request, answer: Decision | Failure,
+                      decided: Plan, ctx: ToolContext) -> Next:
+        """What comes after a decision the store has recorded."""
+        if decided.result is not None or isinstance(answer, Failure):
+            return Ended(decided.result or {})
+        if answer.outcome == "approve":
+            if not decided.start:
+                await self.transitions.remember(
+                    call, req, answer, gate.rule_subjects(call.tool, req.args),
+                    self.rule_session)
+            return Run(call, approval(req.hint, answer.payload), decided.start)
+        return await self._edit(call, req, answer, ctx)
 
     async def _edit(self, call: Call, req: Request, answer: Decision,
                     ctx: ToolContext) -> Next:
         t = self.transitions
-        refused = await t.decide(call, req, None, status="edited", outcome="edit",
-                                 reason=answer.reason, decision=answer)
-        if refused is not None:
-            return Ended(refused.to_dict())
         tool = call.tool
         try:
             new_args = tool.validate_args(answer.args or {})

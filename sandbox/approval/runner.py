@@ -34,13 +34,14 @@ from . import gate
 from .call import Call, Request, expired, new_call_id
 from .consult import Failure, consult
 from .execute import AskedInside, Execution
-from .grants import AskAgain, Ended, Grants
+from .grants import AskAgain, Ended, Grants, Next
 from .models import ConfirmationRequest, Decision, canonical_json, digest_of
+from .plan import plan
 from .providers import ConfirmationProvider, fixed_answer, parse_answer
 from .results import Awaiting, NotRun, Status
 from .rules import RuleBook
 from .store import ApprovalStore, CallRecord, new_id, open_store
-from .transitions import Park, Transitions
+from .transitions import Judged, Park, Transitions
 
 #: Longest call id accepted (ADK's and OpenAI's ids are a few dozen characters).
 MAX_CALL_ID = 256
@@ -220,54 +221,72 @@ class ToolRunner:
         must be exactly the arguments the request was made for; anything else is refused
         and nothing runs.
         """
-        t = self._transitions
-        req, rounds, recorded = await t.read_request(confirmation_id,
-                                                     with_answer=confirmation is None)
+        def judge(req: ConfirmationRequest, recorded: dict[str, Any] | None) -> Judged:
+            return self._judge(req, recorded, confirmation, args=args,
+                               decided_by=decided_by, channel=channel)
+
+        # Reading the request and recording its decision are one store step.
+        judged = await self._transitions.read_and_decide(
+            confirmation_id, with_answer=confirmation is None, judge=judge)
+        if judged.refusal is not None:
+            return judged.refusal.to_dict()
+        assert judged.call is not None and judged.plan is not None
+        ctx = self._context(judged.call.call_id)
+        step = await self._grants.decided(judged.call, judged.req, judged.answer,
+                                          judged.plan, ctx)
+        return await self._next(step, ctx, None)
+
+    def _judge(self, req: ConfirmationRequest, recorded: dict[str, Any] | None,
+               confirmation: ToolConfirmation | Decision | dict[str, Any] | bool | None, *,
+               args: dict[str, Any] | None, decided_by: str | None, channel: str) -> Judged:
+        """The decision an answer makes for a request read back from the store, or why
+        none is made. Runs inside the store step: no store, no audit here."""
         tool = self._tool(req.tool)
         if not self._same_session(req):
             # Another session's request was shown with that session's facts (its
             # workspace, its policy); it runs only in a runner of that session.
-            message = (f"confirmation {confirmation_id} belongs to session {req.session_id!r}, "
-                       f"not this runner's {self.session_id!r}; nothing was run. Apply it "
-                       "from a runner of that session")
-            t.refused(req.tool, req.call_id, message, req.digest, confirmation_id=req.id)
-            return NotRun(Status.REJECTED, message, req.call_id).to_dict()
+            message = (f"confirmation {req.id} belongs to session {req.session_id!r}, not "
+                       f"this runner's {self.session_id!r}; nothing was run. Apply it from "
+                       "a runner of that session")
+            return Judged(req, refusal=NotRun(Status.REJECTED, message, req.call_id),
+                          refusal_digest=req.digest)
         text = canonical_json(req.args)
         call = Call(tool, req.call_id, req.args, text, req.digest, self.session_id,
                     self.audit.enabled)
-        ctx = self._context(req.call_id)
+        answer: Decision | Failure
         if req.status == "timed_out" or (req.status == "pending" and expired(req)):
             # Whatever the answer, an expired request is recorded and reported as timed out.
-            return await self._settle(call, req, Failure(
-                "timeout", f"confirmation {req.id} expired before it was answered"),
-                ctx, rounds)
+            answer = Failure("timeout", f"confirmation {req.id} expired before it was answered")
+            return Judged(req, call, answer, plan(answer, self._grants.channel))
         if confirmation is None:
             if recorded is None:
                 raise ConfirmationStateError(
-                    f"confirmation {confirmation_id} has no recorded answer to apply; pass "
-                    "the answer: resume(id, ToolConfirmation(confirmed=True)) or a Decision"
-                )
+                    f"confirmation {req.id} has no recorded answer to apply; pass the "
+                    "answer: resume(id, ToolConfirmation(confirmed=True)) or a Decision")
             confirmation = recorded
         if isinstance(confirmation, str) and confirmation.strip().lower() in _WORDS:
             raise ConfigurationError(
-                f"resume({confirmation_id!r}, {confirmation!r}): an answer is not a word; pass "
-                "True or False, ToolConfirmation(confirmed=True), or Decision.approve() / "
-                "Decision.deny('reason')"
-            )
+                f"resume({req.id!r}, {confirmation!r}): an answer is not a word; pass True or "
+                "False, ToolConfirmation(confirmed=True), or Decision.approve() / "
+                "Decision.deny('reason')")
         decision = parse_answer(confirmation, channel=channel)
         if decided_by is not None and decision.decided_by is None:
             decision = decision.model_copy(update={"decided_by": decided_by})
         if args is not None:
-            refused = self._other_args(tool, req, args)
-            if refused is not None:
-                return refused
+            sent = _digest_as_taken(tool, args)
+            if sent != req.digest:
+                message = (f"the arguments sent with confirmation {req.id} differ from the "
+                           "ones it was requested for; the tool was not run. Ask for a new "
+                           "confirmation, or answer with Decision.edit(args) to change them")
+                return Judged(req, refusal=NotRun(Status.REJECTED, message, req.call_id),
+                              refusal_digest=sent)
+        answer = decision
         if digest_of(req.tool, text) != req.digest:
             # A request read back from the store runs only if its arguments still hash to
             # the digest it was asked (and will be granted) for.
-            return await self._settle(call, req, Failure(
-                "error", "the stored arguments of this request do not match its digest (the "
-                         "store was modified); refusing to run"), ctx, rounds)
-        return await self._settle(call, req, decision, ctx, rounds)
+            answer = Failure("error", "the stored arguments of this request do not match "
+                                      "its digest (the store was modified); refusing to run")
+        return Judged(req, call, answer, plan(answer, self._grants.channel))
 
     async def apply_answers(self) -> dict[str, dict[str, Any]]:
         """Apply every answer recorded by other channels for this runner's tools.
@@ -349,23 +368,30 @@ class ToolRunner:
         return await self._settle(call, req, answer, ctx, round_)
 
     async def _settle(self, call: Call, req: Request, answer: Decision | Failure,
-                      ctx: ToolContext, round_: int) -> dict[str, Any]:
+                      ctx: ToolContext, round_: int | None) -> dict[str, Any]:
         """Apply an answer: the call ends, runs, or (edited) is asked about again."""
-        step = await self._grants.settle(call, req, answer, ctx)
+        return await self._next(await self._grants.settle(call, req, answer, ctx), ctx, round_)
+
+    async def _next(self, step: Next, ctx: ToolContext, round_: int | None) -> dict[str, Any]:
+        """``round_``: the requests made for the call so far (None: count them if needed)."""
         if isinstance(step, Ended):
             return step.result
         if isinstance(step, AskAgain):
             return await self._ask(step.call, ctx, hint=step.hint, payload=step.payload,
-                                   kind="edit", round_=round_ + 1, edited_from=step.edited_from)
+                                   kind="edit", round_=await self._round(step.call, round_) + 1,
+                                   edited_from=step.edited_from)
         return await self._run(step.call, step.confirmation, ctx, round_=round_,
                                claimed=step.claimed)
 
+    async def _round(self, call: Call, round_: int | None) -> int:
+        return await self._transitions.count_requests(call) if round_ is None else round_
+
     async def _run(self, call: Call, confirmation: ToolConfirmation | None, ctx: ToolContext,
-                   *, round_: int, claimed: bool) -> dict[str, Any]:
+                   *, round_: int | None, claimed: bool) -> dict[str, Any]:
         outcome = await self._execution.run(call, confirmation, ctx, claimed=claimed)
         if isinstance(outcome, AskedInside):
             return await self._ask(call, ctx, hint=outcome.hint, payload=outcome.payload,
-                                   kind="tool", round_=round_ + 1)
+                                   kind="tool", round_=await self._round(call, round_) + 1)
         return outcome
 
     # -- helpers ---------------------------------------------------------------------
@@ -384,22 +410,6 @@ class ToolRunner:
         the same one."""
         return req.session_id is None or self.session_id is None or (
             req.session_id == self.session_id)
-
-    def _other_args(self, tool: BaseTool, req: ConfirmationRequest,
-                    args: dict[str, Any]) -> dict[str, Any] | None:
-        """A refusal when ``args`` sent with an answer are not the request's own."""
-        try:  # the arguments as the tool would take them: what the request holds
-            args = tool.validate_args(args)
-        except ToolArgumentError:
-            pass  # compared as sent: they differ, and are refused below
-        digest = digest_of(req.tool, canonical_json(args))
-        if digest == req.digest:
-            return None
-        message = (f"the arguments sent with confirmation {req.id} differ from the ones it "
-                   "was requested for; the tool was not run. Ask for a new confirmation, or "
-                   "answer with Decision.edit(args) to change them")
-        self._transitions.refused(req.tool, req.call_id, message, digest)
-        return NotRun(Status.REJECTED, message, req.call_id).to_dict()
 
     def _tool(self, name: str) -> BaseTool:
         try:
@@ -427,3 +437,15 @@ def _no_running_loop(name: str, instead: str) -> None:
         f"ToolRunner.{name} was called inside a running event loop; in async code use "
         f"'await runner.{instead}(...)' instead"
     )
+
+
+def _digest_as_taken(tool: BaseTool, args: dict[str, Any]) -> str:
+    """The digest of ``args`` as the tool would take them (as sent when they do not fit)."""
+    try:
+        args = tool.validate_args(args)
+    except ToolArgumentError:
+        pass  # compared as sent: they differ from the request's, and are refused
+    try:
+        return digest_of(tool.name, canonical_json(args))
+    except ConfigurationError:
+        return "not JSON"

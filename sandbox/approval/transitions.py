@@ -26,6 +26,7 @@ from .call import Asked, Call, Request, public
 from .display import shown
 from .models import ConfirmationRequest, Decision, args_digest
 from .offload import StoreSteps
+from .plan import Plan
 from .providers import AUTO_APPROVED, AUTO_APPROVED_JSON
 from .results import NotRun, Status
 from .rules import Rule, RuleBook
@@ -53,6 +54,21 @@ class Park:
     edited_from: str | None
     subjects: tuple[tuple[str, ...], ...] | None
     rule_session: str
+
+
+@dataclass(slots=True)
+class Judged:
+    """What `ToolRunner.resume` made of a request read back from the store: a decision
+    to record (``call``, ``answer``, ``plan``), or a refusal without one."""
+
+    req: ConfirmationRequest
+    call: Call | None = None
+    answer: Any = None  # Decision | consult.Failure
+    plan: Plan | None = None
+    refusal: NotRun | None = None
+    refusal_digest: str | None = None
+    #: The store refused to record the decision (answered already, expired).
+    error: ConfirmationStateError | None = None
 
 
 class Transitions:
@@ -201,41 +217,82 @@ class Transitions:
         return Asked(rid, created, call, park.hint, park.payload, park.kind, park.expires,
                      park.details, park.edited_from), rules
 
-    async def decide(self, call: Call, req: Request, result: dict[str, Any] | None, *,
-                     status: str, outcome: str, reason: str | None,
-                     decision: Decision | None = None, channel: str | None = None,
-                     start: bool = False) -> NotRun | None:
-        """Record the request's one decision (with ``result`` as the call's outcome when
-        it ends the call; ``start`` also claims the grant in the same step). None, or
-        why it was refused: the request had been answered already, or expired."""
-        decided_by = decision.decided_by if decision is not None else None
-        channel = (decision.channel if decision is not None else None) or channel
-        recorded = None if decision is None else decision_json(decision)
-        store = self.store
+    def _record(self, req: Request, plan: Plan) -> None:
+        """Record ``plan`` as the request's one decision (raises if it has one already,
+        or expired)."""
+        decision = plan.decision
+        self.store.decide(
+            req.id, status=plan.status, outcome=plan.outcome, reason=plan.reason,
+            decided_by=decision.decided_by if decision is not None else None,
+            channel=(decision.channel if decision is not None else None) or plan.channel,
+            decision=None if decision is None else decision_json(decision),
+            call_result=plan.result, start=plan.start)
+
+    async def decide(self, call: Call, req: Request, plan: Plan) -> NotRun | None:
+        """Record the request's one decision (``plan.result`` as the call's outcome when
+        it ends the call; ``plan.start`` also claims the grant in the same step). None,
+        or why it was refused: the request had been answered already, or expired."""
         try:
             if not self.step.blocking:
-                store.decide(req.id, status=status, outcome=outcome, reason=reason,
-                             decided_by=decided_by, channel=channel, decision=recorded,
-                             call_result=result, start=start)
+                self._record(req, plan)
             else:
-                await self.step(store.decide, req.id, status=status, outcome=outcome,
-                                reason=reason, decided_by=decided_by, channel=channel,
-                                decision=recorded, call_result=result, start=start)
-        except ConfirmationTimedOutError as exc:
+                await self.step(self._record, req, plan)
+        except ConfirmationStateError as exc:
+            return self._refusal(call, req, plan, exc)
+        self._recorded(call, req, plan)
+        return None
+
+    async def read_and_decide(self, confirmation_id: str, *, with_answer: bool,
+                              judge: Callable[[ConfirmationRequest, dict[str, Any] | None],
+                                              Judged]) -> Judged:
+        """Read a request (and the answer another channel recorded for it), let ``judge``
+        make the decision, and record it: one store step. ``judge`` runs in that step
+        and must not touch the store or the audit; what it refused is audited here."""
+        def step() -> Judged:
+            req = self.store.get_request(confirmation_id)
+            recorded = self.store.get_answer(confirmation_id) if with_answer else None
+            judged = judge(req, recorded)
+            if judged.plan is not None:
+                try:
+                    self._record(req, judged.plan)
+                except ConfirmationStateError as exc:
+                    judged.error = exc
+            return judged
+
+        judged = step() if not self.step.blocking else await self.step(step)
+        req = judged.req
+        if judged.refusal is not None:
+            self.refused(req.tool, req.call_id, judged.refusal.error, judged.refusal_digest,
+                         confirmation_id=req.id)
+        elif judged.call is not None and judged.plan is not None:
+            if judged.error is not None:
+                judged.refusal = self._refusal(judged.call, req, judged.plan, judged.error)
+            else:
+                self._recorded(judged.call, req, judged.plan)
+        return judged
+
+    def _refusal(self, call: Call, req: Request, plan: Plan,
+                 exc: ConfirmationStateError) -> NotRun:
+        if isinstance(exc, ConfirmationTimedOutError):
+            decision = plan.decision
             self.audit.emit("tool.timed_out", tool=call.name, call_id=req.call_id,
                             digest=req.digest, confirmation_id=req.id, reason=str(exc),
-                            answered_by=decided_by, channel=channel)
+                            answered_by=decision.decided_by if decision else None,
+                            channel=(decision.channel if decision else None) or plan.channel)
             return NotRun(Status.TIMED_OUT, f"Confirmation timed out: {exc}. The tool was "
                           "not run.", req.call_id)
-        except ConfirmationStateError as exc:
-            self.refused(call.name, req.call_id, str(exc), req.digest,
-                         confirmation_id=req.id)
-            return NotRun(Status.REJECTED, f"{exc}. Nothing was run.", req.call_id)
+        self.refused(call.name, req.call_id, str(exc), req.digest, confirmation_id=req.id)
+        return NotRun(Status.REJECTED, f"{exc}. Nothing was run.", req.call_id)
+
+    def _recorded(self, call: Call, req: Request, plan: Plan) -> None:
         if call.audited:
-            self._decided(call, req, status, reason, decision, decided_by, channel)
-        if start:
+            decision = plan.decision
+            self._decided(call, req, plan.status, plan.reason, decision,
+                          decision.decided_by if decision is not None else None,
+                          (decision.channel if decision is not None else None)
+                          or plan.channel)
+        if plan.start:
             self.started(call)
-        return None
 
     def _decided(self, call: Call, req: Request, status: str, reason: str | None,
                  decision: Decision | None, decided_by: str | None,
@@ -290,16 +347,9 @@ class Transitions:
 
     # -- reading -----------------------------------------------------------------------
 
-    async def read_request(self, confirmation_id: str, *, with_answer: bool,
-                           ) -> tuple[ConfirmationRequest, int, dict[str, Any] | None]:
-        """A request, how many were made for its call, and (``with_answer``) the answer
-        another channel recorded for it: one store step."""
-        def read() -> tuple[ConfirmationRequest, int, dict[str, Any] | None]:
-            req = self.store.get_request(confirmation_id)
-            answer = self.store.get_answer(confirmation_id) if with_answer else None
-            return req, self.store.count_requests(req.call_id), answer
-
-        return await self._in_step(read)
+    async def count_requests(self, call: Call) -> int:
+        found: int = await self.step(self.store.count_requests, call.call_id)
+        return found
 
     def _redacted(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         redact = self.audit.redact

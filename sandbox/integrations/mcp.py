@@ -55,6 +55,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from ..approval.display import command_of, escape_text
 from ..approval.models import ConfirmationRequest, Decision
 from ..approval.providers import ConfirmationProvider, OnTimeout
+from ..approval.results import Status
 from ..approval.runner import ToolRunner
 from ..approval.store import ApprovalStore, new_id, open_store
 from ..audit import AuditLog
@@ -427,7 +428,7 @@ class GatedToolServer:
         return self._ask_on_retry(result)
 
     def _ask_on_retry(self, result: dict[str, Any]) -> dict[str, Any] | mtypes.InputRequiredResult:
-        if result.get("status") != "awaiting_confirmation":
+        if result.get("status") != Status.AWAITING:
             return result
         confirmation_id = str(result["confirmation_id"])
         request = self.store.get_request(confirmation_id)
