@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
-import sniffio
 
 T = TypeVar("T")
 
@@ -45,9 +44,11 @@ class StoreSteps:
         if not self.blocking:
             return fn(*args, **kwargs)
         step = functools.partial(fn, *args, **kwargs) if args or kwargs else fn
-        if sniffio.current_async_library() != "asyncio":
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # another anyio backend (trio)
             return await anyio.to_thread.run_sync(step)
-        future = asyncio.get_running_loop().run_in_executor(self._executor(), step)
+        future = loop.run_in_executor(self._executor(), step)
         with anyio.CancelScope(shield=True):
             result = await future
         return result
