@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +28,8 @@ import anyio.to_thread
 
 T = TypeVar("T")
 
-_EXECUTORS: weakref.WeakKeyDictionary[object, ThreadPoolExecutor] = (
+#: Each blocking store's worker thread, with the pid of the process that started it.
+_EXECUTORS: weakref.WeakKeyDictionary[object, tuple[int, ThreadPoolExecutor]] = (
     weakref.WeakKeyDictionary())
 
 
@@ -54,8 +56,9 @@ class StoreSteps:
         return result
 
     def _executor(self) -> ThreadPoolExecutor:
-        executor = _EXECUTORS.get(self.store)
-        if executor is None:
-            executor = ThreadPoolExecutor(1, thread_name_prefix="sandbox-store")
-            _EXECUTORS[self.store] = executor
-        return executor
+        pid = os.getpid()
+        found = _EXECUTORS.get(self.store)
+        if found is None or found[0] != pid:  # a forked child has no worker thread
+            found = (pid, ThreadPoolExecutor(1, thread_name_prefix="sandbox-store"))
+            _EXECUTORS[self.store] = found
+        return found[1]
