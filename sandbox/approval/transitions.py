@@ -27,7 +27,7 @@ from .display import shown
 from .models import ConfirmationRequest, Decision, args_digest
 from .offload import StoreSteps
 from .plan import Plan
-from .providers import AUTO_APPROVED, AUTO_APPROVED_JSON
+from .providers import recorded_form
 from .results import NotRun, Status
 from .rules import Rule, RuleBook
 from .store import ApprovalStore, CallRecord
@@ -225,7 +225,7 @@ class Transitions:
             req.id, status=plan.status, outcome=plan.outcome, reason=plan.reason,
             decided_by=decision.decided_by if decision is not None else None,
             channel=(decision.channel if decision is not None else None) or plan.channel,
-            decision=None if decision is None else decision_json(decision),
+            decision=None if decision is None else recorded_form(decision),
             call_result=plan.result, start=plan.start)
 
     async def decide(self, call: Call, req: Request, plan: Plan) -> NotRun | None:
@@ -354,13 +354,6 @@ class Transitions:
     def _redacted(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         redact = self.audit.redact
         return redact(tool, args) if redact is not None else args
-
-
-def decision_json(decision: Decision) -> str | dict[str, Any]:
-    """A decision as the store records it (the fixed `AutoApprove` one is made once)."""
-    if decision is AUTO_APPROVED:
-        return AUTO_APPROVED_JSON
-    return decision.model_dump(mode="json")
 
 
 def _shown(tool: Any, request: ConfirmationRequest, args: dict[str, Any]) -> dict[str, Any]:
