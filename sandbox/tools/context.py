@@ -149,6 +149,11 @@ class ToolContext:
             self._state = _State(self._initial_state, self.actions.state_delta)
         return self._state
 
+    @state.setter
+    def state(self, state: MutableMapping[str, Any]) -> None:
+        self._initial_state = state
+        self._state = None
+
     def take_confirmation_request(self) -> ToolConfirmation | None:
         """The confirmation the tool asked for during this run, taken off the context
         (the next run, after the answer, starts with none)."""
