@@ -31,6 +31,7 @@ from sandbox.approval.web.listing import (
     MAX_LIMIT,
     VALUE_CHARS,
     WATCH_WINDOW,
+    encode_cursor,
 )
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -400,3 +401,23 @@ def test_a_session_cannot_park_more_than_its_cap_through_the_runner(tmp_path: Pa
     assert "max_pending_per_session=3" in mine[3]["error"]
     assert theirs["status"] == "awaiting_confirmation"
     assert len(store.pending(session_id="flooder")) == 3
+
+
+def test_a_cursor_naming_a_forgotten_request_lists_from_the_start(store_path: Path) -> None:
+    park(store_path, [{"path": f"f{i}", "content": ""} for i in range(3)])
+    store = ApprovalStore(store_path)
+    app = create_app(store, token="t" * 32)
+
+    async def go() -> dict[str, Any]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1",
+                                     headers={"Authorization": "Bearer " + "t" * 32}) as client:
+            r = await client.get("/api/pending",
+                                 params={"after": encode_cursor("cf_" + "0" * 24)})
+            assert r.status_code == 200, r.text
+            body: dict[str, Any] = r.json()
+            return body
+
+    body = anyio.run(go)
+    assert [c["id"] for c in body["requests"]] == [r.id for r in store.pending()]
+    assert body["more"] is False

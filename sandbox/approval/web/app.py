@@ -242,6 +242,12 @@ def create_app(store: ApprovalStore, *, token: str, identity: str = "web",
             for _ in range(10):  # unanswered=1 skips answered ones: read on, a little
                 page = pending_page(store, limit=limit, after=cursor, session_id=session_id)
                 total = page.total
+                if not page.items and cursor is not None and page.total and not known(cursor):
+                    # The request a page's cursor names was forgotten (a store prunes
+                    # old finished calls): list from the start; the page skips the cards
+                    # it has.
+                    cursor = None
+                    continue
                 states = store.answer_states([r.id for r in page.items]) if page.items else {}
                 for req in page.items:
                     if len(cards) == limit:
@@ -271,6 +277,13 @@ def create_app(store: ApprovalStore, *, token: str, identity: str = "web",
             "limit": limit,
             "total": total,
         })
+
+    def known(request_id: str) -> bool:
+        try:
+            store.get_request(request_id)
+        except UnknownConfirmationError:
+            return False
+        return True
 
     async def one_request(request: Request, caller: _Caller) -> Response:
         """One request: its card (within the display caps) and where it stands."""
