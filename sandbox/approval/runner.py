@@ -1,14 +1,16 @@
 """`ToolRunner`: the gate every tool call passes through, a facade over small parts.
 
 Order of a call: validate the arguments (serialised and digested once: `call.Call`) →
-record the call (`transitions`; a known call id is answered from its record and never
-run again: `execute.Execution.replay`) → the gate's verdict (`gate.check`: the tool's
-own refusal check, then its confirmation predicate) → park the request and look for
-remembered rules (one store step) → a fixed answer, or the provider within its timeout
-(`consult`), or wait in the store → the decision and the single-use grant (`grants`) →
-claim, run, finish (`execute`). Every store step and the audit event it emits live in
-`transitions`; the results the gate makes itself are typed (`results`) and become the
-contract's dicts at this boundary. A tool may also ask from inside
+the gate's verdict (`gate.check`: the tool's own refusal check, then its confirmation
+predicate) → record the call together with its first step, in one store step
+(`transitions`: started, ended, or parked with the remembered rules that may approve
+it; a call id used before is answered from its record and never run again:
+`execute.Execution.replay`) → a rule's answer, a fixed answer, the provider within its
+timeout (`consult`), or wait in the store → the one decision (`plan`) and the
+single-use grant (`grants`) → claim, run, finish (`execute`). `resume` reads a request
+and records its decision in one store step. Every store step and the audit event it
+emits live in `transitions`; the results the gate makes itself are typed (`results`)
+and become the contract's dicts at this boundary. A tool may also ask from inside
 (`tool_context.request_confirmation`); it is then run again, with
 `tool_context.tool_confirmation` set, once the answer is an approval.
 """
