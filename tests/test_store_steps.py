@@ -111,3 +111,22 @@ async def test_many_concurrent_resumes_through_the_worker_thread_run_the_call_on
     assert ran == ["a"]
     assert sum(1 for r in results if r == {"written": "a"}) == 1
     assert all(r["status"] == "rejected" for r in results if r != {"written": "a"})
+
+
+async def test_audit_events_written_on_the_worker_thread_keep_the_callers_context(
+        tmp_path: Path) -> None:
+    import structlog
+    from structlog.contextvars import bind_contextvars, merge_contextvars, unbind_contextvars
+
+    runner = ToolRunner([FunctionTool(write, require_confirmation=True, run_in_thread=False)],
+                        provider=AutoApprove(), store=ApprovalStore(tmp_path / "a.db"))
+    bind_contextvars(request_id="req-42")
+    try:
+        with structlog.testing.capture_logs(processors=[merge_contextvars]) as logs:
+            result = await runner.call("write", {"path": "a"})
+    finally:
+        unbind_contextvars("request_id")
+    assert result["written"] == "a"
+    assert [e["event"] for e in logs] == ["tool.requested", "tool.decided", "tool.started",
+                                          "tool.finished"]
+    assert {e.get("request_id") for e in logs} == {"req-42"}

@@ -8,7 +8,8 @@ from a queue and hands each result back with ``call_soon_threadsafe`` (about a t
 the cost of a general ``anyio.to_thread`` hop; the store's connection stays on one
 thread); under any other anyio backend, ``anyio.to_thread``.
 
-Either way a step that has started is waited for: a cancellation is delivered after it,
+The step runs in a copy of the caller's context variables. Either way a step that has
+started is waited for: a cancellation is delivered after it,
 never in the middle (a claimed grant whose claim the caller never saw would leave the
 call ``started`` with nobody running it).
 """
@@ -16,6 +17,7 @@ call ``started`` with nobody running it).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import os
 import threading
@@ -90,7 +92,10 @@ class StoreSteps:
         except RuntimeError:  # another anyio backend (trio)
             return await anyio.to_thread.run_sync(step)
         future: asyncio.Future[T] = loop.create_future()
-        self._worker().steps.put((loop, future, step))
+        # The caller's context variables go with the step (an application's structlog
+        # context reaches the audit events the step writes).
+        context = contextvars.copy_context()
+        self._worker().steps.put((loop, future, functools.partial(context.run, step)))
         with anyio.CancelScope(shield=True):
             result = await future
         return result

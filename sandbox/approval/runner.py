@@ -176,7 +176,7 @@ class ToolRunner:
                 )
         except (ToolArgumentError, ConfigurationError) as exc:
             message = exc.message if isinstance(exc, ToolArgumentError) else str(exc)
-            self._transitions.refused(name, call_id, message)
+            await self._transitions.refused(name, call_id, message)
             return NotRun(Status.ERROR, message).to_dict()
         call = Call(tool, call_id, checked, text, digest_of(name, text), self.session_id,
                     self.audit.enabled)
@@ -363,7 +363,7 @@ class ToolRunner:
             answer = fixed_answer(self.provider) or await consult(self.provider, req.public())
         if isinstance(answer, Failure) and answer.kind == "pending":
             if not expired(req):
-                t.still_pending(call, req, self.provider)
+                await t.still_pending(call, req, self.provider)
                 return Awaiting(req.id, req.call_id, req.tool, req.hint,
                                 answer.message).to_dict()
             answer = Failure("timeout", f"{answer.cause}, and the request expired")

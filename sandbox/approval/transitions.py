@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from ..audit import AuditLog
 from ..errors import (
@@ -33,13 +33,6 @@ from .rules import Rule, RuleBook
 from .store import ApprovalStore, CallRecord
 
 T = TypeVar("T")
-
-
-@dataclass(slots=True)
-class First(Generic[T]):
-    """What a new call's first step returned (beside an existing call's record)."""
-
-    value: T
 
 
 @dataclass(slots=True)  # not frozen: made for every request, and frozen is slower
@@ -72,7 +65,10 @@ class Judged:
 
 
 class Transitions:
-    """The store and the audit trail of one runner, written together."""
+    """The store and the audit trail of one runner, written together: each method is
+    one store step, and the events of what that step recorded are written inside it
+    (for a store that may wait, on its worker thread: an audit log anchored in that
+    store writes to it too, and must not stall the event loop either)."""
 
     def __init__(self, store: ApprovalStore, audit: AuditLog, rules: RuleBook) -> None:
         self.store = store
@@ -80,103 +76,112 @@ class Transitions:
         self.rules = rules
         self.step = StoreSteps(store)
 
-    # -- calls -------------------------------------------------------------------------
-
     async def _in_step(self, body: Callable[[], T]) -> T:
         return body() if not self.step.blocking else await self.step(body)
 
-    def _open_then(self, call: Call, first: Callable[[], T]) -> CallRecord | First[T]:
-        """Record a new call and take its ``first`` step; the existing record instead
-        (and no step) when its id is known. Run as one store step."""
-        rec = self.store.open_call(call.call_id, call.name, call.digest, call.args,
-                                   call.session_id, args_json=call.args_json)
-        return rec if rec is not None else First(first())
+    # -- calls -------------------------------------------------------------------------
+
+    def _open(self, call: Call) -> CallRecord | None:
+        """Record a new call; the existing record instead when its id is known."""
+        return self.store.open_call(call.call_id, call.name, call.digest, call.args,
+                                    call.session_id, args_json=call.args_json)
 
     async def open_and_start(self, call: Call) -> CallRecord | NotRun | None:
         """Open a call that needs no human and claim its start: None when claimed."""
-        def step() -> CallRecord | First[bool]:
-            return self._open_then(call, lambda: self.store.start(call.call_id, call.digest))
+        def step() -> CallRecord | NotRun | None:
+            rec = self._open(call)
+            if rec is not None:
+                return rec
+            return self._start(call)
 
-        opened = step() if not self.step.blocking else await self.step(step)
-        if not isinstance(opened, First):
-            return opened
-        if not opened.value:
-            return await self._not_started(call)
-        self.started(call)
-        return None
+        return step() if not self.step.blocking else await self.step(step)
 
     async def open_and_end(self, call: Call, state: str, result: dict[str, Any],
                            event: str) -> CallRecord | dict[str, Any]:
         """Open a call the gate stopped, and end it with ``result``."""
-        opened = await self._in_step(lambda: self._open_then(
-            call, lambda: self.store.finish(call.call_id, state, result)))
-        if not isinstance(opened, First):
-            return opened
-        self.audit.emit(event, tool=call.name, call_id=call.call_id, digest=call.digest,
-                        error=result.get("error"))
-        return result
+        def step() -> CallRecord | dict[str, Any]:
+            rec = self._open(call)
+            if rec is not None:
+                return rec
+            return self._end(call, state, result, event)
+
+        return await self._in_step(step)
 
     async def open_and_park(self, call: Call, park: Park,
                             ) -> CallRecord | tuple[Asked, list[Rule] | None]:
         """Open a call that needs a human, park its request and find the rules that
-        approve it. A full queue is refused before anything is opened."""
-        def step() -> CallRecord | First[tuple[str, float, list[Rule] | None]]:
-            return self._open_then(call, lambda: self._park(call, park))
+        approve it."""
+        def step() -> CallRecord | tuple[Asked, list[Rule] | None]:
+            rec = self._open(call)
+            if rec is not None:
+                return rec
+            return self._park(call, park)
 
-        opened = step() if not self.step.blocking else await self.step(step)
-        if not isinstance(opened, First):
-            return opened
-        return self._parked(call, park, opened.value)
+        return step() if not self.step.blocking else await self.step(step)
 
-    def refused(self, name: str, call_id: str, reason: str, digest: str | None = None,
-                **fields: Any) -> None:
-        """A call refused before (or without) any store step: only the trail records it."""
+    async def refused(self, name: str, call_id: str, reason: str,
+                      digest: str | None = None, **fields: Any) -> None:
+        """A call refused without a store transition: only the trail records it."""
+        await self._in_step(lambda: self._refused(name, call_id, reason, digest, **fields))
+
+    def _refused(self, name: str, call_id: str, reason: str, digest: str | None = None,
+                 **fields: Any) -> None:
         self.audit.emit("tool.rejected", tool=name, call_id=call_id, digest=digest,
                         reason=reason, **fields)
 
     async def end(self, call: Call, state: str, result: dict[str, Any], event: str,
                   ) -> dict[str, Any]:
         """End a call that did not run (blocked, failed, rejected, error) with ``result``."""
-        await self.step(self.store.finish, call.call_id, state, result)
+        return await self._in_step(lambda: self._end(call, state, result, event))
+
+    def _end(self, call: Call, state: str, result: dict[str, Any],
+             event: str) -> dict[str, Any]:
+        self.store.finish(call.call_id, state, result)
         self.audit.emit(event, tool=call.name, call_id=call.call_id, digest=call.digest,
                         error=result.get("error"))
         return result
 
     async def start(self, call: Call) -> NotRun | None:
         """Claim the call's grant: None when claimed."""
-        claimed = await self._in_step(lambda: self.store.start(call.call_id, call.digest))
-        if not claimed:
-            return await self._not_started(call)
-        self.started(call)
-        return None
+        return await self._in_step(lambda: self._start(call))
 
-    async def _not_started(self, call: Call) -> NotRun:
-        rec = await self.step(self.store.get_call, call.call_id)
+    def _start(self, call: Call) -> NotRun | None:
+        if self.store.start(call.call_id, call.digest):
+            self._started(call)
+            return None
+        rec = self.store.get_call(call.call_id)
         message = (f"call {call.call_id} cannot start: it is {rec.state}, and a grant is "
                    "used once and only for the exact arguments approved")
-        self.refused(call.name, call.call_id, message, call.digest)
+        self._refused(call.name, call.call_id, message, call.digest)
         return NotRun(Status.REJECTED, message, call.call_id)
 
-    def started(self, call: Call) -> None:
+    def _started(self, call: Call) -> None:
         if call.audited:
             self.audit.emit("tool.started", tool=call.name, call_id=call.call_id,
                             digest=call.digest)
 
     async def finish(self, call: Call, result: dict[str, Any]) -> None:
-        if not self.step.blocking:
+        """Record the end of a call that ran."""
+        def step() -> None:
             self.store.finish(call.call_id, "done", result)
+            if call.audited:
+                self.audit.emit("tool.finished", tool=call.name, call_id=call.call_id,
+                                digest=call.digest, error=result.get("error"))
+
+        if not self.step.blocking:
+            step()
         else:
-            await self.step(self.store.finish, call.call_id, "done", result)
-        if call.audited:
-            self.audit.emit("tool.finished", tool=call.name, call_id=call.call_id,
-                            digest=call.digest, error=result.get("error"))
+            await self.step(step)
 
     async def in_doubt(self, call: Call, reason: str) -> None:
         """The run was interrupted: its effects are unknown; it is never run again."""
-        await self.step(self.store.finish, call.call_id, "in_doubt",
-                        {"status": "in_doubt", "error": f"{reason}; effects unknown"})
-        self.audit.emit("tool.in_doubt", tool=call.name, call_id=call.call_id,
-                        digest=call.digest, reason=reason)
+        def step() -> None:
+            self.store.finish(call.call_id, "in_doubt",
+                              {"status": "in_doubt", "error": f"{reason}; effects unknown"})
+            self.audit.emit("tool.in_doubt", tool=call.name, call_id=call.call_id,
+                            digest=call.digest, reason=reason)
+
+        await self._in_step(step)
 
     async def sweep(self) -> list[CallRecord]:
         """Mark the calls of dead workers in doubt; every call in doubt."""
@@ -193,10 +198,9 @@ class Transitions:
     async def park(self, call: Call, park: Park) -> tuple[Asked, list[Rule] | None]:
         """Park a request for a call in progress, and find the rules that approve it:
         one store step."""
-        parked = await self._in_step(lambda: self._park(call, park))
-        return self._parked(call, park, parked)
+        return await self._in_step(lambda: self._park(call, park))
 
-    def _park(self, call: Call, park: Park) -> tuple[str, float, list[Rule] | None]:
+    def _park(self, call: Call, park: Park) -> tuple[Asked, list[Rule] | None]:
         rid, created = self.store.park(
             call_id=call.call_id, tool=call.name, args=call.args, digest=call.digest,
             hint=park.hint, payload=park.payload, kind=park.kind, expires_at=park.expires,
@@ -205,17 +209,50 @@ class Transitions:
         # A tool asking from inside wants a human's payload, never a rule's answer.
         rules = None if park.kind == "tool" else self.rules.match(
             call.name, call.args, subjects=park.subjects, session_id=park.rule_session)
-        return rid, created, rules
-
-    def _parked(self, call: Call, park: Park, parked: tuple[str, float, list[Rule] | None],
-                ) -> tuple[Asked, list[Rule] | None]:
-        rid, created, rules = parked
         if call.audited:
             self.audit.emit("tool.requested", tool=call.name, call_id=call.call_id,
                             digest=call.digest, args=call.args, confirmation_id=rid,
                             hint=park.hint, kind=park.kind, details=park.details or None)
         return Asked(rid, created, call, park.hint, park.payload, park.kind, park.expires,
                      park.details, park.edited_from), rules
+
+    async def decide(self, call: Call, req: Request, plan: Plan) -> NotRun | None:
+        """Record the request's one decision (``plan.result`` as the call's outcome when
+        it ends the call; ``plan.start`` also claims the grant in the same step). None,
+        or why it was refused: the request had been answered already, or expired."""
+        def step() -> NotRun | None:
+            try:
+                self._record(req, plan)
+            except ConfirmationStateError as exc:
+                return self._refusal(call, req, plan, exc)
+            self._recorded(call, req, plan)
+            return None
+
+        return step() if not self.step.blocking else await self.step(step)
+
+    async def read_and_decide(self, confirmation_id: str, *, with_answer: bool,
+                              judge: Callable[[ConfirmationRequest, dict[str, Any] | None],
+                                              Judged]) -> Judged:
+        """Read a request (and the answer another channel recorded for it), let ``judge``
+        make the decision, and record it: one store step. ``judge`` must not touch the
+        store or the audit; what it refused is audited here."""
+        def step() -> Judged:
+            req = self.store.get_request(confirmation_id)
+            recorded = self.store.get_answer(confirmation_id) if with_answer else None
+            judged = judge(req, recorded)
+            if judged.refusal is not None:
+                self._refused(req.tool, req.call_id, judged.refusal.error,
+                              judged.refusal_digest, confirmation_id=req.id)
+            elif judged.call is not None and judged.plan is not None:
+                try:
+                    self._record(req, judged.plan)
+                except ConfirmationStateError as exc:
+                    judged.refusal = self._refusal(judged.call, req, judged.plan, exc)
+                else:
+                    self._recorded(judged.call, req, judged.plan)
+            return judged
+
+        return step() if not self.step.blocking else await self.step(step)
 
     def _record(self, req: Request, plan: Plan) -> None:
         """Record ``plan`` as the request's one decision (raises if it has one already,
@@ -228,49 +265,6 @@ class Transitions:
             decision=None if decision is None else recorded_form(decision),
             call_result=plan.result, start=plan.start)
 
-    async def decide(self, call: Call, req: Request, plan: Plan) -> NotRun | None:
-        """Record the request's one decision (``plan.result`` as the call's outcome when
-        it ends the call; ``plan.start`` also claims the grant in the same step). None,
-        or why it was refused: the request had been answered already, or expired."""
-        try:
-            if not self.step.blocking:
-                self._record(req, plan)
-            else:
-                await self.step(self._record, req, plan)
-        except ConfirmationStateError as exc:
-            return self._refusal(call, req, plan, exc)
-        self._recorded(call, req, plan)
-        return None
-
-    async def read_and_decide(self, confirmation_id: str, *, with_answer: bool,
-                              judge: Callable[[ConfirmationRequest, dict[str, Any] | None],
-                                              Judged]) -> Judged:
-        """Read a request (and the answer another channel recorded for it), let ``judge``
-        make the decision, and record it: one store step. ``judge`` runs in that step
-        and must not touch the store or the audit; what it refused is audited here."""
-        def step() -> Judged:
-            req = self.store.get_request(confirmation_id)
-            recorded = self.store.get_answer(confirmation_id) if with_answer else None
-            judged = judge(req, recorded)
-            if judged.plan is not None:
-                try:
-                    self._record(req, judged.plan)
-                except ConfirmationStateError as exc:
-                    judged.error = exc
-            return judged
-
-        judged = step() if not self.step.blocking else await self.step(step)
-        req = judged.req
-        if judged.refusal is not None:
-            self.refused(req.tool, req.call_id, judged.refusal.error, judged.refusal_digest,
-                         confirmation_id=req.id)
-        elif judged.call is not None and judged.plan is not None:
-            if judged.error is not None:
-                judged.refusal = self._refusal(judged.call, req, judged.plan, judged.error)
-            else:
-                self._recorded(judged.call, req, judged.plan)
-        return judged
-
     def _refusal(self, call: Call, req: Request, plan: Plan,
                  exc: ConfirmationStateError) -> NotRun:
         if isinstance(exc, ConfirmationTimedOutError):
@@ -281,7 +275,7 @@ class Transitions:
                             channel=(decision.channel if decision else None) or plan.channel)
             return NotRun(Status.TIMED_OUT, f"Confirmation timed out: {exc}. The tool was "
                           "not run.", req.call_id)
-        self.refused(call.name, req.call_id, str(exc), req.digest, confirmation_id=req.id)
+        self._refused(call.name, req.call_id, str(exc), req.digest, confirmation_id=req.id)
         return NotRun(Status.REJECTED, f"{exc}. Nothing was run.", req.call_id)
 
     def _recorded(self, call: Call, req: Request, plan: Plan) -> None:
@@ -292,7 +286,7 @@ class Transitions:
                           (decision.channel if decision is not None else None)
                           or plan.channel)
         if plan.start:
-            self.started(call)
+            self._started(call)
 
     def _decided(self, call: Call, req: Request, status: str, reason: str | None,
                  decision: Decision | None, decided_by: str | None,
@@ -312,11 +306,12 @@ class Transitions:
                                         args_digest(req.tool, edited))
                         if edited is not None else None)
 
-    def still_pending(self, call: Call, req: Request, provider: Any) -> None:
+    async def still_pending(self, call: Call, req: Request, provider: Any) -> None:
         """The provider's wait ran out with ``on_timeout="pending"``: the request stays."""
-        self.audit.emit("tool.timed_out", tool=call.name, call_id=call.call_id,
-                        digest=call.digest, confirmation_id=req.id, still_pending=True,
-                        channel=getattr(provider, "name", None))
+        await self._in_step(lambda: self.audit.emit(
+            "tool.timed_out", tool=call.name, call_id=call.call_id, digest=call.digest,
+            confirmation_id=req.id, still_pending=True,
+            channel=getattr(provider, "name", None)))
 
     async def grant(self, call: Call) -> None:
         """An edited call (``call`` holds the edited arguments) is approved as edited."""
@@ -329,21 +324,23 @@ class Transitions:
                        rule_session: str) -> list[Rule]:
         """Save the rules an approval with scope session/always asks for; a rule that
         does not fit the call is refused (the approval itself still stands)."""
-        try:
-            made = await self.step(self.rules.from_decision, public(req), answer,
-                                   subjects=subjects,
-                                   session_id=req.session_id or rule_session)
-        except (RuleError, ConfigurationError) as exc:
-            self.audit.emit("rule.refused", tool=call.name, call_id=req.call_id,
-                            digest=req.digest, confirmation_id=req.id, reason=str(exc))
-            return []
-        for rule in made:
-            self.audit.emit("rule.created", tool=call.name, call_id=req.call_id,
-                            digest=req.digest, confirmation_id=req.id, rule_id=rule.id,
-                            rule=rule.describe(), scope=rule.scope,
-                            expires_at=rule.expires_at.isoformat(),
-                            decided_by=answer.decided_by, channel=answer.channel)
-        return made
+        def step() -> list[Rule]:
+            try:
+                made = self.rules.from_decision(public(req), answer, subjects=subjects,
+                                                session_id=req.session_id or rule_session)
+            except (RuleError, ConfigurationError) as exc:
+                self.audit.emit("rule.refused", tool=call.name, call_id=req.call_id,
+                                digest=req.digest, confirmation_id=req.id, reason=str(exc))
+                return []
+            for rule in made:
+                self.audit.emit("rule.created", tool=call.name, call_id=req.call_id,
+                                digest=req.digest, confirmation_id=req.id, rule_id=rule.id,
+                                rule=rule.describe(), scope=rule.scope,
+                                expires_at=rule.expires_at.isoformat(),
+                                decided_by=answer.decided_by, channel=answer.channel)
+            return made
+
+        return await self._in_step(step)
 
     # -- reading -----------------------------------------------------------------------
 
