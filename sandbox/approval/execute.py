@@ -74,7 +74,8 @@ class Execution:
             if req.status == "pending":
                 return Awaiting(req.id, req.call_id, req.tool, req.hint).to_dict()
             rec = await step(store.get_call, rec.call_id)
-        if rec.state == "started" and Owner.alive(rec.owner) is False:
+        if rec.state == "started" and Owner.alive(rec.owner) is not True:
+            # Dead here, or on another host (the store's sweep judges by its lease).
             await self.transitions.sweep()
             rec = await step(store.get_call, rec.call_id)
         if rec.state == "in_doubt":

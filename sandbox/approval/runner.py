@@ -68,7 +68,7 @@ class ToolRunner:
         tools: Iterable[BaseTool],
         *,
         provider: ConfirmationProvider | None = None,
-        store: ApprovalStore | None = None,
+        store: ApprovalStore | str | None = None,
         store_path: str | None = None,
         audit: AuditLog | None = None,
         audit_path: str | None = None,
@@ -115,6 +115,8 @@ class ToolRunner:
             )
         if audit is not None and audit_path is not None:
             raise ConfigurationError("pass either audit or audit_path, not both")
+        if isinstance(store, str):  # a reference: a SQLite path or a postgresql:// URL
+            store, store_path = None, store
         self.store = store if store is not None else open_store(store_path)
         self.provider = provider
         # A log written here is anchored in the store: its head (count, last hash) lets
