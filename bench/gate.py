@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/gate.py [--iterations 20000] [--file-iterations 2000]
                                    [--deferred 2000] [--rounds 10] [--store URL ...]
+                                   [--pg-cluster]
 
 Baselines, timed call by call: a direct call of the function (async, and sync), and
 ``anyio.to_thread.run_sync`` of the sync function (the worker-thread hop that keeps a sync
@@ -18,8 +19,10 @@ audit trail off:
 - a deferred call plus ``resume``: the round trip a human answer costs.
 
 ``--store URL`` (repeatable) adds a column for any store `open_store` opens: another
-SQLite file, or ``postgresql://…`` once that backend is installed. Its runners share that
-one store (their call ids differ); it should be empty or disposable.
+SQLite file, or ``postgresql://…`` (the ``postgres`` extra). Its runners share that one
+store (their call ids differ); it should be empty or disposable. ``--pg-cluster`` starts
+a throwaway PostgreSQL cluster (tests/pgcluster.py: a unix socket, ``fsync`` off) and
+adds its column.
 
 Every runner cell also shows its median as a multiple of google-adk's own
 ``FunctionTool.run_async`` on the same function, measured in the same run (issue 10):
@@ -39,6 +42,7 @@ import os
 import platform
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -340,7 +344,25 @@ def main() -> None:
     parser.add_argument("--store", action="append", default=[], metavar="URL",
                         help="add a column for this store (a SQLite path, or postgresql://…);"
                              " repeatable. Use an empty or disposable store")
+    parser.add_argument("--pg-cluster", action="store_true",
+                        help="start a throwaway PostgreSQL cluster (tests/pgcluster.py: unix "
+                             "socket, fsync off) and add a column for it")
     args = parser.parse_args()
+    cluster = None
+    if args.pg_cluster:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from tests.pgcluster import Cluster
+
+        cluster = Cluster().start()
+        args.store.append(cluster.fresh_url())
+    try:
+        run(args)
+    finally:
+        if cluster is not None:
+            cluster.destroy()
+
+
+def run(args: argparse.Namespace) -> None:
     for url in args.store:
         EXTRA[label_of(url)] = url
     backends = (*BACKENDS, *EXTRA)
