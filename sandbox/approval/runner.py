@@ -234,7 +234,7 @@ class ToolRunner:
             confirmation_id, with_answer=confirmation is None, judge=judge)
         if judged.refusal is not None:
             return judged.refusal.to_dict()
-        assert judged.call is not None and judged.plan is not None
+        assert judged.call is not None and judged.plan is not None and judged.answer is not None
         ctx = self._context(judged.call.call_id)
         step = await self._grants.decided(judged.call, judged.req, judged.answer,
                                           judged.plan, ctx)

@@ -23,6 +23,7 @@ from ..errors import (
     RuleError,
 )
 from .call import Asked, Call, Request, public
+from .consult import Failure
 from .display import shown
 from .models import ConfirmationRequest, Decision, args_digest
 from .offload import StoreSteps
@@ -56,7 +57,7 @@ class Judged:
 
     req: ConfirmationRequest
     call: Call | None = None
-    answer: Any = None  # Decision | consult.Failure
+    answer: Decision | Failure | None = None
     plan: Plan | None = None
     refusal: NotRun | None = None
     refusal_digest: str | None = None
