@@ -1385,6 +1385,62 @@ def _guarded_parse(data: bytes, seconds: float) -> str:
     return "unavailable"  # the child could not import the parser: nothing was learnt
 
 
+# A one-line command of plain words: printable ASCII other than bash's quoting,
+# expansion, glob, brace, operator and comment characters, separated by blanks.
+_PLAIN_CHARS = "%+,\\-./0-9:=@A-Z^_a-z"
+_PLAIN_SOURCE = re.compile(
+    rf"[ \t\n]*+([{_PLAIN_CHARS}]+(?:[ \t]+[{_PLAIN_CHARS}]+)*)[ \t\n]*"
+)
+
+
+def _plain_script(source: str, match: re.Match[str], max_depth: int) -> ParsedScript | None:
+    """The parse of a source of plain words (``git status``), or None to take the
+    general path.
+
+    tree-sitter-bash still reads the source; when its tree is exactly one command
+    whose children are a command name and words (or numbers) over the blank-separated spans of
+    the source, the general path (the walk's plain-command case, no expansion, line
+    join or control character to check, and a tree R9 accepts leaf by leaf: every
+    leaf a word of plain characters, blanks between) yields this script, so it is
+    built directly. Any other tree (``x =~ y`` reads a regex, ``a=b`` an assignment,
+    a syntax error) goes the general way."""
+    if max_depth < 2:
+        return None
+    data = source.encode("ascii")
+    root = _parser().parse(data).root_node
+    if root.child_count != 1:
+        return None
+    command = root.children[0]
+    if command.kind_id not in _COMMAND:
+        return None
+    start = match.start(1)
+    text = match.group(1)
+    words = _BLANKS.split(text)
+    parts = command.children
+    if len(parts) != len(words) or command.start_byte != start or command.end_byte != match.end(1):
+        return None
+    name = parts[0]
+    if name.kind_id not in _COMMAND_NAME or name.child_count != 1:
+        return None
+    leaf = name.children[0]
+    if leaf.kind_id not in _WORD or leaf.start_byte != start or leaf.end_byte != name.end_byte:
+        return None
+    at = start
+    for word, part in zip(words, parts, strict=True):
+        if part.start_byte != at or part.end_byte != at + len(word):
+            return None
+        if part is not name and part.kind_id not in _WORD and (
+            part.kind_id not in _NUMBER or part.child_count
+        ):
+            return None
+        at = part.end_byte
+        blanks = _BLANKS.match(text, at - start)
+        if blanks is not None:
+            at += blanks.end() - blanks.start()
+    built = SimpleCommand("command", tuple([Word(w, w, w, True) for w in words]), (), text, start)
+    return ParsedScript(source, (built,), (), (), (), (), (), 2)
+
+
 def parse(
     source: str, *, max_bytes: int = 65536, max_depth: int = 100, max_seconds: float = 1.0
 ) -> ParsedScript:
@@ -1392,7 +1448,18 @@ def parse(
     decided on safely is reported in ``findings``. A source longer than
     GUARDED_PARSE_ABOVE bytes is first parsed in a child process that is killed
     after ``max_seconds``."""
+    if len(source) <= GUARDED_PARSE_ABOVE and len(source) <= max_bytes:
+        plain = _PLAIN_SOURCE.fullmatch(source)
+        if plain is not None:
+            script = _plain_script(source, plain, max_depth)
+            if script is not None:
+                return script
+    return _parse_general(source, max_bytes, max_depth, max_seconds)
 
+
+def _parse_general(
+    source: str, max_bytes: int, max_depth: int, max_seconds: float
+) -> ParsedScript:
     def early(rule: str, message: str, token: str | None = None, at: int = 0) -> ParsedScript:
         return ParsedScript(source, (), (), (), (), (), (Finding(rule, message, token, at),), 0)
 
