@@ -25,20 +25,28 @@ module reports a finding instead of trusting the tree:
   tree-sitter parsed, escaped, or inside single quotes or a comment.
 
 tree-sitter's error recovery is quadratic or worse on some invalid input and
-cannot be interrupted, so a long command is parsed first in a child process
-with a deadline.
+cannot be interrupted, so a long command is parsed in a long-lived worker
+process that is killed at a deadline (see "The parse worker" below).
 """
 
 from __future__ import annotations
 
+import atexit
 import bisect
+import io
+import os
+import pickle
 import re
+import select
+import struct
 import subprocess
 import sys
+import threading
+import time
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import Any, BinaryIO, NamedTuple, TypeVar
 
 import tree_sitter
 import tree_sitter_bash
@@ -102,6 +110,10 @@ class Word(NamedTuple):
     def shown(self) -> str:
         """The value when known, else the source text."""
         return self.text if self.value is None else self.value
+
+
+# Builds a NamedTuple from a tuple without its Python-level __new__ (hot loops).
+_new = tuple.__new__
 
 
 class Assignment(NamedTuple):
@@ -555,8 +567,6 @@ _PLAIN_COMMAND = re.compile(
     r"""[^\\'"$`*?\[\]{}~()<>|&;!#\s]+(?:[ \t]+[^\\'"$`*?\[\]{}~()<>|&;!#\s]+)*"""
 )
 _BLANKS = re.compile(r"[ \t]+")
-# command() returns this when none of a command's children need walking.
-_EVERYTHING: set[int] = set()
 # Nodes that bash ends at an unescaped newline.
 _ONE_LINE = _ids(
     "command", "declaration_command", "unset_command", "test_command",
@@ -739,17 +749,26 @@ class _Walk:
 
     # -- statements ------------------------------------------------------
 
+    def plain_command(self, node: Node) -> bool:
+        """Record a command of plain words only, the common case, and say so: then
+        nothing inside needs a walk, and its children are never asked for (a
+        64 KiB command has ~30,000 of them)."""
+        start = node.start_byte
+        text = self.span(start, node.end_byte)
+        first = node.child(0)
+        if first is None or first.kind_id not in _COMMAND_NAME or not _PLAIN_COMMAND.fullmatch(text):
+            return False
+        words = tuple([_new(Word, (w, w, w, True, False)) for w in _BLANKS.split(text)])
+        at = start if self.ascii else self.offset(start)
+        self.commands.append(SimpleCommand("command", words, (), text, at))
+        return True
+
     def command(self, node: Node, children: list[Node]) -> set[int]:
-        """Record a simple command; return the start offsets of its children made
-        of plain words, which the walk can skip."""
+        """Record a simple command that is not plain_command's; return the start
+        offsets of its children made of plain words, which the walk can skip."""
         start = node.start_byte
         text = self.span(start, node.end_byte)
         at = start if self.ascii else self.offset(start)
-        if children[0].kind_id in _COMMAND_NAME and _PLAIN_COMMAND.fullmatch(text):
-            # The common case: plain words only. Nothing inside needs a walk.
-            words = tuple([Word(w, w, w, True) for w in _BLANKS.split(text)])
-            self.commands.append(SimpleCommand("command", words, (), text, at))
-            return _EVERYTHING
         assignments: list[Assignment] = []
         parts: list[Node] = []
         seen_name = False
@@ -918,15 +937,17 @@ class _Walk:
                 if depth > max_depth:
                     self.find("R6", f"nesting deeper than {max_depth} levels", node)
                     return
-            children = node.children
-            child_ctx = ctx
-            skip: Node | None = None
-            plain: set[int] | None = None
             if ctx & _ARITH and kind not in expression_ids:
                 self.arith_operand(node)
             if kind in _FOR_IN:
                 self.loop_variable(node)
             action = dispatch.get(kind)
+            if action == _A_COMMAND and self.plain_command(node):
+                continue
+            children = node.children
+            child_ctx = ctx
+            skip: Node | None = None
+            plain: set[int] | None = None
             if action is not None:
                 if action == _A_UNKNOWN:
                     name = _KIND_NAME[kind] if kind < _KIND_COUNT else str(kind)
@@ -988,7 +1009,7 @@ class _Walk:
                 elif action == _A_EXPRESSION:
                     if ctx & _TEST:
                         self.test_expression(node, children)
-            if not children or plain is _EVERYTHING:
+            if not children:
                 continue
             if kind in one_line_ids and len(children) > 1:
                 self.check_one_line(node, children)
@@ -1315,15 +1336,43 @@ def _first_error(root: Node) -> Node:
 # Entry points
 
 
-# Above this size a command is first parsed in a child process with a deadline.
+# ---------------------------------------------------------------------------
+# The parse worker: long commands are parsed in a child process with a deadline.
+#
+# tree-sitter-bash's error recovery is quadratic or worse on some input (64 KiB of
+# "a | " takes ~9 s, 16 KiB of "[`<do" ~8 s; long pipelines are quadratic even when
+# valid). It holds the GIL, and tree-sitter checks its progress callback only
+# between parse actions, never inside error recovery (16 KiB of "a | " ran 0.86 s
+# past a 50 ms budget), so such a parse cannot be bounded in this process; and on
+# some large crafted input the C parser has crashed a whole process (seen once in
+# a property test). A command over GUARDED_PARSE_ABOVE bytes, or with many nesting
+# openers, is therefore parsed by a long-lived worker process: it is started on
+# the first such command, fed over a pipe, and killed (then started afresh on the
+# next one) when tree-sitter has not finished after ``max_seconds``. The worker
+# runs this module's own general path and sends the ParsedScript back, so the
+# command is parsed once, there; a crash there refuses the command and nothing is
+# parsed here.
+
+# Above this size a command is parsed in the worker.
 GUARDED_PARSE_ABOVE = 4096
+# The worker's program. -I -S, cwd "/" and an empty environment: it must not import
+# anything the agent could have written (a tree_sitter.py in the workspace would
+# run outside the sandbox). It loads this module's file (and its sibling modules)
+# as a package of its own, without the rest of the library.
 _GUARD_CODE = (
-    "import sys\n"
-    "sys.path[:0] = sys.argv[1:]\n"
-    "import tree_sitter as t, tree_sitter_bash as b\n"
-    "t.Parser(t.Language(b.language())).parse(sys.stdin.buffer.read())\n"
-    "sys.stdout.write('parsed')\n"
+    "import sys, types, importlib.util\n"
+    "package, folder, *paths = sys.argv[1:]\n"
+    "sys.path[:0] = paths\n"
+    "pkg = types.ModuleType(package)\n"
+    "pkg.__path__ = [folder]\n"
+    "sys.modules[package] = pkg\n"
+    "spec = importlib.util.spec_from_file_location(package + '.parse', folder + '/parse.py')\n"
+    "module = importlib.util.module_from_spec(spec)\n"
+    "sys.modules[spec.name] = module\n"
+    "spec.loader.exec_module(module)\n"
+    "module._serve(sys.stdin.buffer, sys.stdout.buffer)\n"
 )
+_WORKER_PACKAGE = "_sandbox_parse_worker"
 # Where this process found tree-sitter: the child imports it from there and from
 # nowhere else (no current directory, no PYTHONPATH, no site hooks).
 _GUARD_PATHS = sorted(
@@ -1333,10 +1382,16 @@ _GUARD_PATHS = sorted(
         if module.__file__
     }
 )
+_REQUEST = struct.Struct("!III")  # source bytes, max_bytes, max_depth
+_LENGTH = struct.Struct("!I")
+# How long a worker may take to start, and to walk a tree it has parsed (linear
+# work, bounded only against a wedged worker).
+_WORKER_START_SECONDS = 10.0
+_WORKER_WALK_SECONDS = 60.0
 
 
 # Bytes that open a nesting level somewhere in bash's grammar. A short command with
-# hundreds of them is crafted, not typed: it goes through the guard child too, since
+# hundreds of them is crafted, not typed: it goes through the worker too, since
 # deep nesting is where a C parser's recursion is likeliest to run out of stack.
 _OPENERS = (b"(", b"{", b"`", b"<", b"[")
 GUARDED_OPENERS_ABOVE = 256
@@ -1348,41 +1403,230 @@ def _needs_guard(data: bytes) -> bool:
     return sum(data.count(o) for o in _OPENERS) > GUARDED_OPENERS_ABOVE
 
 
-def _guarded_parse(data: bytes, seconds: float) -> str:
-    """Try tree-sitter-bash on ``data`` in a child process first: "ok", "slow" (not
-    done within ``seconds``), "crashed" (the parser died), or "unavailable" (no
-    child could be run, e.g. an embedded interpreter).
+def _serve(requests: BinaryIO, replies: BinaryIO) -> None:
+    """The worker's loop: read a request, reply "P" as soon as tree-sitter has
+    parsed it, then the pickled ParsedScript ("S") or an error ("E"). Ends at EOF."""
+    replies.write(b"R")
+    replies.flush()
+    while True:
+        header = requests.read(_REQUEST.size)
+        if len(header) < _REQUEST.size:
+            return
+        size, max_bytes, max_depth = _REQUEST.unpack(header)
+        data = requests.read(size)
+        if len(data) < size:
+            return
+        told = False
 
-    Its error recovery is quadratic or worse on some invalid input (64 KiB of
-    "a | " takes ~9 s, 16 KiB of "[`<do" ~8 s), holds the GIL and skips the
-    progress callback, so it cannot be interrupted in this process; and on some
-    large crafted input the C parser has crashed the whole process (seen once in
-    a property test). The child takes both risks instead: it is killed at the
-    deadline and always reaped before this returns, and a crash there means the
-    command is refused, never parsed here.
-    """
-    # -I -S and cwd="/": the child must not import anything the agent could
-    # have written (a tree_sitter.py in the workspace would run outside the
-    # sandbox).
-    try:
-        result = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", _GUARD_CODE, *_GUARD_PATHS],
-            input=data,
-            capture_output=True,
-            timeout=seconds,
-            check=False,
-            cwd="/",
-            env={},
-        )
-    except subprocess.TimeoutExpired:
-        return "slow"
-    except (OSError, ValueError, TypeError):  # no usable interpreter (embedded Python)
-        return "unavailable"
-    if result.stdout == b"parsed":
-        return "ok"
-    if result.returncode < 0:
-        return "crashed"
-    return "unavailable"  # the child could not import the parser: nothing was learnt
+        def tell_parsed() -> None:
+            nonlocal told
+            told = True
+            replies.write(b"P")
+            replies.flush()
+
+        try:
+            script = _parse_general(
+                data.decode("utf-8"), max_bytes, max_depth, 0.0, parsed=tell_parsed
+            )
+            reply = b"S" + pickle.dumps(_to_tuples(script), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # a bug: reported to the caller, which fails closed
+            reply = b"E" + f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
+        if not told:
+            tell_parsed()
+        replies.write(_LENGTH.pack(len(reply)) + reply)
+        replies.flush()
+
+
+class _ScriptUnpickler(pickle.Unpickler):
+    """Unpickles the worker's reply, which is plain tuples, strings, ints, bools and
+    None: the worker reads attacker-written input, so its reply may name no class
+    or function at all."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"the parse worker's reply names {module}.{name}")
+
+
+def _to_tuples(script: ParsedScript) -> tuple[Any, ...]:
+    """``script`` as plain tuples: pickled at C speed (a NamedTuple pickles through
+    Python-level reduce calls, ~1 µs each, and a 64 KiB command has ~30,000 of
+    them)."""
+    return (
+        script.source,
+        tuple([(c.kind, tuple(map(tuple, c.words)), tuple(map(tuple, c.assignments)),
+                c.text, c.offset) for c in script.commands]),
+        tuple(map(tuple, script.operators)),
+        tuple(map(tuple, script.assignments)),
+        script.functions,
+        tuple([(r.operator, None if r.target is None else tuple(r.target), r.offset)
+               for r in script.redirects]),
+        tuple(map(tuple, script.findings)),
+        script.depth,
+    )  # fmt: skip
+
+
+def _from_tuples(t: tuple[Any, ...]) -> ParsedScript:
+    source, commands, operators, assignments, functions, redirects, findings, depth = t
+    return ParsedScript(
+        source,
+        tuple([_new(SimpleCommand, (kind, tuple([_new(Word, w) for w in words]),
+                                    tuple([_new(Assignment, a) for a in assigned]), text, at))
+               for kind, words, assigned, text, at in commands]),
+        tuple([_new(Operator, o) for o in operators]),
+        tuple([_new(Assignment, a) for a in assignments]),
+        functions,
+        tuple([_new(Redirect, (op, None if target is None else _new(Word, target), at))
+               for op, target, at in redirects]),
+        tuple([_new(Finding, f) for f in findings]),
+        depth,
+    )  # fmt: skip
+
+
+def _read(fd: int, size: int, deadline: float) -> bytes | None:
+    """``size`` bytes from ``fd`` (fewer at EOF), or None when ``deadline`` passes first."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    chunks: list[bytes] = []
+    wanted = size
+    while wanted:
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(left * 1000):
+            return None
+        chunk = os.read(fd, wanted)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        wanted -= len(chunk)
+    return b"".join(chunks)
+
+
+class _ParseWorker:
+    """One worker process, its pipes, and what it was started from."""
+
+    def __init__(self) -> None:
+        self.code = _GUARD_CODE
+        self.owner = os.getpid()
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", self.code, _WORKER_PACKAGE,
+             str(Path(__file__).resolve().parent), *_GUARD_PATHS],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            cwd="/", env={}, bufsize=0,
+        )  # fmt: skip
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.requests = self.process.stdin
+        self.replies = self.process.stdout.fileno()
+
+    def ended(self) -> str:
+        """Reap the worker after EOF or a kill: "crashed" when a signal ended it."""
+        self.stop()
+        code = self.process.returncode
+        return "crashed" if code is not None and code < 0 else "unavailable"
+
+    def stop(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
+
+    def started(self) -> str:
+        ready = _read(self.replies, 1, time.monotonic() + _WORKER_START_SECONDS)
+        if ready == b"R":
+            return "ok"
+        if ready is None:
+            self.stop()
+            return "slow"
+        return self.ended()
+
+    def parse(self, data: bytes, max_bytes: int, max_depth: int, seconds: float) -> ParsedScript | str:
+        try:
+            self.requests.write(_REQUEST.pack(len(data), max_bytes, max_depth) + data)
+        except OSError:  # it died since the last command
+            return self.ended()
+        first = _read(self.replies, 1, time.monotonic() + seconds)
+        if first is None:
+            self.stop()
+            return "slow"
+        if first != b"P":
+            return self.ended()
+        deadline = time.monotonic() + _WORKER_WALK_SECONDS
+        header = _read(self.replies, _LENGTH.size, deadline)
+        if header is None or len(header) < _LENGTH.size:
+            return self.ended()
+        (size,) = _LENGTH.unpack(header)
+        reply = _read(self.replies, size, deadline)
+        if reply is None or len(reply) < size:
+            return self.ended()
+        if reply[:1] == b"E":
+            raise RuntimeError(f"the parse worker failed: {reply[1:].decode('utf-8', 'replace')}")
+        return _from_tuples(_ScriptUnpickler(io.BytesIO(reply[1:])).load())
+
+
+_worker: _ParseWorker | None = None
+_worker_lock = threading.Lock()
+
+
+def _forget_worker_after_fork() -> None:
+    """A forked child neither shares nor stops its parent's worker: it closes its
+    copies of the pipes and starts its own when it needs one."""
+    global _worker, _worker_lock
+    if _worker is not None:
+        for pipe in (_worker.process.stdin, _worker.process.stdout):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+    _worker = None
+    _worker_lock = threading.Lock()
+
+
+def _stop_worker() -> None:
+    global _worker
+    worker, _worker = _worker, None
+    if worker is not None and worker.owner == os.getpid():
+        try:
+            worker.requests.close()  # EOF: it exits
+            worker.process.wait(timeout=1)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        worker.stop()
+
+
+os.register_at_fork(after_in_child=_forget_worker_after_fork)
+atexit.register(_stop_worker)
+
+
+def _guarded_parse(data: bytes, max_bytes: int, max_depth: int, seconds: float) -> ParsedScript | str:
+    """Parse ``data`` in the worker: its ParsedScript, or "slow" (tree-sitter not done
+    within ``seconds``; the worker is killed), "crashed" (the worker died of a
+    signal) or "unavailable" (no worker could be run, e.g. an embedded
+    interpreter: the caller parses here)."""
+    global _worker
+    with _worker_lock:
+        worker = _worker
+        if worker is not None and (worker.code != _GUARD_CODE or worker.owner != os.getpid()):
+            if worker.owner == os.getpid():
+                worker.stop()
+            worker = _worker = None
+        if worker is None:
+            try:
+                worker = _ParseWorker()
+            except (OSError, ValueError, TypeError):  # no usable interpreter
+                return "unavailable"
+            state = worker.started()
+            if state != "ok":
+                return state
+            _worker = worker
+        try:
+            outcome = worker.parse(data, max_bytes, max_depth, seconds)
+        except BaseException:
+            worker.stop()
+            _worker = None
+            raise
+        if isinstance(outcome, str):
+            _worker = None  # stopped: the next long command starts a new one
+        return outcome
 
 
 # A one-line command of plain words: printable ASCII other than bash's quoting,
@@ -1437,7 +1681,9 @@ def _plain_script(source: str, match: re.Match[str], max_depth: int) -> ParsedSc
         blanks = _BLANKS.match(text, at - start)
         if blanks is not None:
             at += blanks.end() - blanks.start()
-    built = SimpleCommand("command", tuple([Word(w, w, w, True) for w in words]), (), text, start)
+    built = SimpleCommand(
+        "command", tuple([_new(Word, (w, w, w, True, False)) for w in words]), (), text, start
+    )
     return ParsedScript(source, (built,), (), (), (), (), (), 2)
 
 
@@ -1446,8 +1692,8 @@ def parse(
 ) -> ParsedScript:
     """Parse ``source`` as bash. Never raises for any string; whatever cannot be
     decided on safely is reported in ``findings``. A source longer than
-    GUARDED_PARSE_ABOVE bytes is first parsed in a child process that is killed
-    after ``max_seconds``."""
+    GUARDED_PARSE_ABOVE bytes (or with many nesting openers) is parsed in a worker
+    process, which is killed when tree-sitter is not done after ``max_seconds``."""
     if len(source) <= GUARDED_PARSE_ABOVE and len(source) <= max_bytes:
         plain = _PLAIN_SOURCE.fullmatch(source)
         if plain is not None:
@@ -1458,8 +1704,15 @@ def parse(
 
 
 def _parse_general(
-    source: str, max_bytes: int, max_depth: int, max_seconds: float
+    source: str,
+    max_bytes: int,
+    max_depth: int,
+    max_seconds: float,
+    *,
+    parsed: Callable[[], None] | None = None,
 ) -> ParsedScript:
+    """parse() past the plain-words case. In the worker, ``parsed`` is told when
+    tree-sitter is done (and the command is never sent to a worker again)."""
     def early(rule: str, message: str, token: str | None = None, at: int = 0) -> ParsedScript:
         return ParsedScript(source, (), (), (), (), (), (Finding(rule, message, token, at),), 0)
 
@@ -1483,20 +1736,25 @@ def _parse_general(
         return early("R6", "the command is not valid Unicode (it holds a lone surrogate)")
     if len(data) > max_bytes:
         return early("R6", f"the command is longer than {max_bytes} bytes")
-    guard = _guarded_parse(data, max_seconds) if _needs_guard(data) else "ok"
-    if guard == "crashed":
-        return early(
-            "R6",
-            "tree-sitter-bash crashed parsing this command (tried in a separate process); "
-            "fix its syntax or shorten it",
-        )
-    if guard == "slow":
-        return early(
-            "R6",
-            f"the command took longer than {max_seconds:g} s to parse (tree-sitter-bash "
-            "recovers from some syntax errors very slowly); fix its syntax or shorten it",
-        )
+    if parsed is None and _needs_guard(data):
+        guarded = _guarded_parse(data, max_bytes, max_depth, max_seconds)
+        if isinstance(guarded, ParsedScript):
+            return guarded
+        if guarded == "crashed":
+            return early(
+                "R6",
+                "tree-sitter-bash crashed parsing this command (tried in a separate process); "
+                "fix its syntax or shorten it",
+            )
+        if guarded == "slow":
+            return early(
+                "R6",
+                f"the command took longer than {max_seconds:g} s to parse (tree-sitter-bash "
+                "recovers from some syntax errors very slowly); fix its syntax or shorten it",
+            )
     tree = _parser().parse(data)
+    if parsed is not None:
+        parsed()
     root = tree.root_node
     controls = _control_positions(source)
     if root.has_error:
