@@ -1605,7 +1605,11 @@ def _guarded_parse(data: bytes, max_bytes: int, max_depth: int, seconds: float) 
     global _worker
     with _worker_lock:
         worker = _worker
-        if worker is not None and (worker.code != _GUARD_CODE or worker.owner != os.getpid()):
+        if worker is not None and (
+            worker.code != _GUARD_CODE
+            or worker.owner != os.getpid()
+            or worker.process.poll() is not None  # ended since the last command
+        ):
             if worker.owner == os.getpid():
                 worker.stop()
             worker = _worker = None
