@@ -29,7 +29,8 @@ TOKENS = [
 
 
 def _general(source: str, max_depth: int = 100) -> parse_module.ParsedScript:
-    return GENERAL(source, 65536, max_depth, 1.0)
+    """The general path, all in this process."""
+    return GENERAL(source, 65536, max_depth, 1.0, parsed=parse_module._parse_unguarded)
 
 
 @pytest.mark.parametrize("max_depth", [1, 2, 100])
@@ -70,10 +71,35 @@ LONG = [
 ]
 
 
+@pytest.mark.parametrize("per_node", [0.0, 1.0], ids=["sent back", "parsed here"])
 @pytest.mark.parametrize("source", LONG, ids=range(len(LONG)))
-def test_the_worker_gives_the_general_parse(source: str) -> None:
+def test_the_worker_gives_the_general_parse(
+    source: str, per_node: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # per_node 0: the worker always sends its parse back; 1 s: it always leaves a
+    # tree without syntax errors to be parsed here.
+    monkeypatch.setattr(parse_module, "_SEND_SECONDS_PER_NODE", per_node)
     assert parse_module._needs_guard(source.encode())
     assert parse(source) == _general(source)
+
+
+def test_a_tree_too_large_to_send_is_parsed_here_after_the_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(parse_module, "_SEND_SECONDS_PER_NODE", 1.0)
+    calls = []
+    real = parse_module._parser
+
+    def counted() -> object:
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(parse_module, "_parser", counted)
+    assert parse("echo " + "a " * 3000).findings == ()
+    assert calls == [1]
+    monkeypatch.setattr(parse_module, "_SEND_SECONDS_PER_NODE", 0.0)
+    assert parse("echo " + "a " * 3000).findings == ()
+    assert calls == [1]  # sent back: not parsed here
 
 
 def test_the_worker_is_started_once_and_reused() -> None:

@@ -140,7 +140,7 @@ class SimpleCommand(NamedTuple):
 
     @property
     def argv(self) -> tuple[str, ...]:
-        return tuple(w.shown for w in self.words)
+        return tuple([w.text if w.value is None else w.value for w in self.words])
 
 
 class Operator(NamedTuple):
@@ -1350,8 +1350,9 @@ def _first_error(root: Node) -> Node:
 # the first such command, fed over a pipe, and killed (then started afresh on the
 # next one) when tree-sitter has not finished after ``max_seconds``. The worker
 # runs this module's own general path and sends the ParsedScript back, so the
-# command is parsed once, there; a crash there refuses the command and nothing is
-# parsed here.
+# command is parsed once, there (unless its tree is so large that receiving the
+# result would cost more than parsing it again here); a crash there refuses the
+# command and nothing is parsed here.
 
 # Above this size a command is parsed in the worker.
 GUARDED_PARSE_ABOVE = 4096
@@ -1382,7 +1383,13 @@ _GUARD_PATHS = sorted(
         if module.__file__
     }
 )
-_REQUEST = struct.Struct("!III")  # source bytes, max_bytes, max_depth
+_REQUEST = struct.Struct("!IIId")  # source bytes, max_bytes, max_depth, seconds per node
+# What sending one syntax node's facts back costs, roughly (pickling plain tuples
+# there, NamedTuples rebuilt here): when a tree has more nodes than tree-sitter's
+# own time on it would pay for, the worker replies "L" after parsing and the caller
+# parses the command itself (tree-sitter being deterministic, as fast and as safely
+# as it just did there), instead of receiving ~100,000 small objects.
+_SEND_SECONDS_PER_NODE = 0.6e-6
 _LENGTH = struct.Struct("!I")
 # How long a worker may take to start, and to walk a tree it has parsed (linear
 # work, bounded only against a wedged worker).
@@ -1405,22 +1412,25 @@ def _needs_guard(data: bytes) -> bool:
 
 def _serve(requests: BinaryIO, replies: BinaryIO) -> None:
     """The worker's loop: read a request, reply "P" as soon as tree-sitter has
-    parsed it, then the pickled ParsedScript ("S") or an error ("E"). Ends at EOF."""
+    parsed it, then the pickled ParsedScript ("S") or an error ("E"); or "L" alone
+    when the caller had better parse it itself. Ends at EOF."""
     replies.write(b"R")
     replies.flush()
     while True:
         header = requests.read(_REQUEST.size)
         if len(header) < _REQUEST.size:
             return
-        size, max_bytes, max_depth = _REQUEST.unpack(header)
+        size, max_bytes, max_depth, per_node = _REQUEST.unpack(header)
         data = requests.read(size)
         if len(data) < size:
             return
         told = False
 
-        def tell_parsed() -> None:
+        def tell_parsed(root: Node, seconds: float, per_node: float = per_node) -> None:
             nonlocal told
             told = True
+            if not root.has_error and root.descendant_count * per_node > seconds:
+                raise _ParseThere
             replies.write(b"P")
             replies.flush()
 
@@ -1429,12 +1439,24 @@ def _serve(requests: BinaryIO, replies: BinaryIO) -> None:
                 data.decode("utf-8"), max_bytes, max_depth, 0.0, parsed=tell_parsed
             )
             reply = b"S" + pickle.dumps(_to_tuples(script), protocol=pickle.HIGHEST_PROTOCOL)
+        except _ParseThere:
+            replies.write(b"L")
+            replies.flush()
+            continue
         except Exception as exc:  # a bug: reported to the caller, which fails closed
             reply = b"E" + f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
         if not told:
-            tell_parsed()
+            replies.write(b"P")
         replies.write(_LENGTH.pack(len(reply)) + reply)
         replies.flush()
+
+
+class _ParseThere(Exception):
+    """Raised in the worker: the caller is cheaper off parsing the command itself."""
+
+
+def _parse_unguarded(root: Node, seconds: float) -> None:
+    """The ``parsed`` hook of a parse the worker has just done without trouble."""
 
 
 class _ScriptUnpickler(pickle.Unpickler):
@@ -1540,13 +1562,17 @@ class _ParseWorker:
 
     def parse(self, data: bytes, max_bytes: int, max_depth: int, seconds: float) -> ParsedScript | str:
         try:
-            self.requests.write(_REQUEST.pack(len(data), max_bytes, max_depth) + data)
+            self.requests.write(
+                _REQUEST.pack(len(data), max_bytes, max_depth, _SEND_SECONDS_PER_NODE) + data
+            )
         except OSError:  # it died since the last command
             return self.ended()
         first = _read(self.replies, 1, time.monotonic() + seconds)
         if first is None:
             self.stop()
             return "slow"
+        if first == b"L":
+            return "parse here"
         if first != b"P":
             return self.ended()
         deadline = time.monotonic() + _WORKER_WALK_SECONDS
@@ -1598,10 +1624,11 @@ atexit.register(_stop_worker)
 
 
 def _guarded_parse(data: bytes, max_bytes: int, max_depth: int, seconds: float) -> ParsedScript | str:
-    """Parse ``data`` in the worker: its ParsedScript, or "slow" (tree-sitter not done
-    within ``seconds``; the worker is killed), "crashed" (the worker died of a
-    signal) or "unavailable" (no worker could be run, e.g. an embedded
-    interpreter: the caller parses here)."""
+    """Parse ``data`` in the worker: its ParsedScript, or "parse here" (tree-sitter
+    parsed it in time; the caller walks it more cheaply than it could receive the
+    result), "slow" (tree-sitter not done within ``seconds``; the worker is
+    killed), "crashed" (the worker died of a signal) or "unavailable" (no worker
+    could be run, e.g. an embedded interpreter: the caller parses here)."""
     global _worker
     with _worker_lock:
         worker = _worker
@@ -1628,7 +1655,7 @@ def _guarded_parse(data: bytes, max_bytes: int, max_depth: int, seconds: float) 
             worker.stop()
             _worker = None
             raise
-        if isinstance(outcome, str):
+        if outcome in ("slow", "crashed", "unavailable"):
             _worker = None  # stopped: the next long command starts a new one
         return outcome
 
@@ -1713,10 +1740,11 @@ def _parse_general(
     max_depth: int,
     max_seconds: float,
     *,
-    parsed: Callable[[], None] | None = None,
+    parsed: Callable[[Node, float], None] | None = None,
 ) -> ParsedScript:
-    """parse() past the plain-words case. In the worker, ``parsed`` is told when
-    tree-sitter is done (and the command is never sent to a worker again)."""
+    """parse() past the plain-words case. With ``parsed`` (in the worker, or after
+    the worker has parsed the command), no worker is asked, and ``parsed`` is told
+    the tree and tree-sitter's time as soon as it is done."""
     def early(rule: str, message: str, token: str | None = None, at: int = 0) -> ParsedScript:
         return ParsedScript(source, (), (), (), (), (), (Finding(rule, message, token, at),), 0)
 
@@ -1744,6 +1772,10 @@ def _parse_general(
         guarded = _guarded_parse(data, max_bytes, max_depth, max_seconds)
         if isinstance(guarded, ParsedScript):
             return guarded
+        if guarded == "parse here":
+            return _parse_general(
+                source, max_bytes, max_depth, max_seconds, parsed=_parse_unguarded
+            )
         if guarded == "crashed":
             return early(
                 "R6",
@@ -1756,10 +1788,14 @@ def _parse_general(
                 f"the command took longer than {max_seconds:g} s to parse (tree-sitter-bash "
                 "recovers from some syntax errors very slowly); fix its syntax or shorten it",
             )
-    tree = _parser().parse(data)
-    if parsed is not None:
-        parsed()
-    root = tree.root_node
+    if parsed is None:
+        tree = _parser().parse(data)
+        root = tree.root_node
+    else:
+        started = time.perf_counter()
+        tree = _parser().parse(data)
+        root = tree.root_node
+        parsed(root, time.perf_counter() - started)
     controls = _control_positions(source)
     if root.has_error:
         # Fail closed without walking a tree that is partly guesswork.
