@@ -379,9 +379,9 @@ def scan_word(text: str) -> Word:
     quote removal, ANSI-C decoding, and detection of anything it would expand
     (parameters, substitutions, arithmetic, globs, braces, a leading tilde)."""
     if text and not _NOT_PLAIN.search(text):
-        return Word(text, text, text, True)
+        return _new(Word, (text, text, text, True, False))
     if _is_arithmetic_word(text):
-        return Word(text, None, "", False, True)
+        return _new(Word, (text, None, "", False, True))
     out: list[str] = []
     n = len(text)
     i = 0
@@ -433,9 +433,9 @@ def scan_word(text: str) -> Word:
                 out.append(ch)
                 i += 1
     except _Dynamic:
-        return Word(text, None, "".join(out), False)
+        return _new(Word, (text, None, "".join(out), False, False))
     value = "".join(out)
-    return Word(text, value, value, False)
+    return _new(Word, (text, value, value, False, False))
 
 
 # ---------------------------------------------------------------------------
@@ -760,7 +760,7 @@ class _Walk:
             return False
         words = tuple([_new(Word, (w, w, w, True, False)) for w in _BLANKS.split(text)])
         at = start if self.ascii else self.offset(start)
-        self.commands.append(SimpleCommand("command", words, (), text, at))
+        self.commands.append(_new(SimpleCommand, ("command", words, (), text, at)))
         return True
 
     def command(self, node: Node, children: list[Node]) -> set[int]:
@@ -1127,7 +1127,8 @@ class _Walk:
             if prev is not None and _KIND_NAME[prev.kind_id] == "file_descriptor":
                 text = self.text(prev) + token
                 texts = (text, *texts)
-        self.operators.append(Operator(kind, text, texts, self.offset(child.start_byte)))
+        at = child.start_byte
+        self.operators.append(_new(Operator, (kind, text, texts, at if self.ascii else self.offset(at))))
 
     def in_literal(self) -> Callable[[int], bool]:
         """Whether a byte lies in a literal range (single quotes, ``$'…'``, a comment,
