@@ -1544,6 +1544,10 @@ class _ParseWorker:
         code = self.process.returncode
         return "crashed" if code is not None and code < 0 else "unavailable"
 
+    def overran(self) -> str:
+        self.stop()
+        return "slow"
+
     def stop(self) -> None:
         if self.process.returncode is None:
             self.process.kill()
@@ -1557,8 +1561,7 @@ class _ParseWorker:
         if ready == b"R":
             return "ok"
         if ready is None:
-            self.stop()
-            return "slow"
+            return self.overran()
         return self.ended()
 
     def parse(self, data: bytes, max_bytes: int, max_depth: int, seconds: float) -> ParsedScript | str:
@@ -1570,8 +1573,7 @@ class _ParseWorker:
             return self.ended()
         first = _read(self.replies, 1, time.monotonic() + seconds)
         if first is None:
-            self.stop()
-            return "slow"
+            return self.overran()
         if first == b"L":
             return "parse here"
         if first != b"P":
@@ -1579,11 +1581,11 @@ class _ParseWorker:
         deadline = time.monotonic() + _WORKER_WALK_SECONDS
         header = _read(self.replies, _LENGTH.size, deadline)
         if header is None or len(header) < _LENGTH.size:
-            return self.ended()
+            return self.ended() if header is not None else self.overran()
         (size,) = _LENGTH.unpack(header)
         reply = _read(self.replies, size, deadline)
         if reply is None or len(reply) < size:
-            return self.ended()
+            return self.ended() if reply is not None else self.overran()
         if reply[:1] == b"E":
             raise RuntimeError(f"the parse worker failed: {reply[1:].decode('utf-8', 'replace')}")
         return _from_tuples(_ScriptUnpickler(io.BytesIO(reply[1:])).load())
