@@ -264,6 +264,8 @@ def _ansi_c(text: str, i: int, out: list[str]) -> int:
                 j += 1
             decoded = chr(int(esc + text[i:j], 8) & 0xFF)
             i = j
+        elif esc == "x" and text.startswith("{", i):
+            raise _Dynamic  # bash's \x{HH…} form
         elif esc in "xuU":
             limit = {"x": 2, "u": 4, "U": 8}[esc]
             j = i
@@ -282,7 +284,9 @@ def _ansi_c(text: str, i: int, out: list[str]) -> int:
                 # bash keeps a \c just before the closing quote as the text "\c"
                 # ($'\c' is two characters), and \c\ is not worth modelling
                 raise _Dynamic
-            decoded = chr(ord(text[i]) & 0x1F)
+            if not text[i].isascii():
+                raise _Dynamic  # bash takes one byte of a multibyte character
+            decoded = "\x7f" if text[i] == "?" else chr(ord(text[i]) & 0x1F)
             i += 1
         else:
             decoded = "\\" + esc
@@ -330,24 +334,26 @@ def _double_quoted(text: str, i: int, out: list[str]) -> int:
 
 
 def _brace_expands(text: str, i: int) -> bool:
-    """Whether the unquoted ``{`` at ``i`` starts a brace expansion (``{a,b}``,
-    ``{1..3}``); ``{}`` and ``{x}`` stay literal."""
-    depth = 0
-    j = i
-    while j < len(text):
+    """Whether the unquoted ``{`` at ``i`` may start a brace expansion.
+
+    A superset of bash's rule (``brace_gobbler``): a ``,`` or ``..`` after the ``{``
+    and a ``}`` after that. bash's own matching has corners (``x{},y}`` expands to
+    ``x}`` and ``xy``: a ``}`` right after the ``{`` is text), so this does not match
+    braces by depth; ``{}`` and ``{x}`` stay literal."""
+    separator = False
+    j = i + 1
+    n = len(text)
+    while j < n:
         ch = text[j]
         if ch == "\\":
             j += 2
             continue
         if ch in "'\"":
             return True  # quoted parts inside braces: too subtle, treat as expanding
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                inner = text[i + 1 : j]
-                return "," in inner or ".." in inner
+        if ch == "," or (ch == "." and text.startswith("..", j)):
+            separator = True
+        elif ch == "}" and separator:
+            return True
         j += 1
     return False
 

@@ -234,9 +234,11 @@ def _check(spec: ProgramSpec, words: Sequence[Word], i: int,
                 operands.append(word)
                 i += 1
                 continue
+            glob = f"start it with './' ('./{word.text}'), " if word.text[:1] in "*?[" else ""
             return SpecViolation(spec.name, word.text,
                                  f"{word.text!r} is expanded by bash and could spell an option "
-                                 f"that the {spec.name!r} spec does not allow; write it literally")
+                                 f"that the {spec.name!r} spec does not allow; write it literally, "
+                                 f"{glob}or put '--' before the operands")
         if options_done or value is None or not value.startswith("-") or value == "-":
             if spec.subcommands and not operands and not options_done:
                 sub = f"{spec.name} {value}" if value is not None else None
