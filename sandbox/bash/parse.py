@@ -94,7 +94,9 @@ class Word(NamedTuple):
     ``value`` is the word after quote removal when bash performs no expansion on
     it, else None. ``prefix`` is the literal text bash produces before the first
     expansion (equal to ``value`` for a literal word): a word whose prefix is
-    ``src/`` cannot become an option whatever the expansion yields. ``plain`` is
+    ``src/`` cannot become an option whatever the expansion yields. A word with an
+    unquoted parameter, command or arithmetic expansion has the prefix ``""``: bash
+    splits its result into fields, and only the first starts with the literal text. ``plain`` is
     True when the word has no quoting, escaping, expansion, glob or brace at all.
     ``numeric`` is True for a word that is one arithmetic expansion (``$((n+1))``),
     which can only become an integer.
@@ -105,6 +107,7 @@ class Word(NamedTuple):
     prefix: str
     plain: bool
     numeric: bool = False
+    splits: bool = False  # an unquoted expansion: bash may split it into fields or drop it
 
     @property
     def shown(self) -> str:
@@ -114,6 +117,9 @@ class Word(NamedTuple):
 
 # Builds a NamedTuple from a tuple without its Python-level __new__ (hot loops).
 _new = tuple.__new__
+# The defaults of Word's fields after ``plain``: _new(Word, (text, value, prefix,
+# plain, *_WORD_TAIL)) is Word(text, value, prefix, plain), whatever fields follow.
+_WORD_TAIL = Word("", None, "", False)[4:]
 
 
 class Assignment(NamedTuple):
@@ -385,9 +391,9 @@ def scan_word(text: str) -> Word:
     quote removal, ANSI-C decoding, and detection of anything it would expand
     (parameters, substitutions, arithmetic, globs, braces, a leading tilde)."""
     if text and not _NOT_PLAIN.search(text):
-        return _new(Word, (text, text, text, True, False))
+        return _new(Word, (text, text, text, True, *_WORD_TAIL))
     if _is_arithmetic_word(text):
-        return _new(Word, (text, None, "", False, True))
+        return Word(text, None, "", False, True)
     out: list[str] = []
     n = len(text)
     i = 0
@@ -439,9 +445,44 @@ def scan_word(text: str) -> Word:
                 out.append(ch)
                 i += 1
     except _Dynamic:
-        return _new(Word, (text, None, "".join(out), False, False))
+        if _splits(text):
+            return Word(text, None, "", False, False, True)
+        return _new(Word, (text, None, "".join(out), False, *_WORD_TAIL))
     value = "".join(out)
-    return _new(Word, (text, value, value, False, False))
+    return _new(Word, (text, value, value, False, *_WORD_TAIL))
+
+
+def _splits(text: str) -> bool:
+    """Whether the word holds an unquoted parameter, command or arithmetic expansion,
+    whose result bash splits into fields (``./$v`` with v=' -o M' is the three words
+    ``./``, ``-o``, ``M``) or drops when empty: only the first field starts with the
+    word's literal prefix."""
+    n = len(text)
+    i = 0
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+        elif ch == "'":
+            end = text.find("'", i + 1)
+            if end < 0:
+                return True
+            i = end + 1
+        elif ch == "$" and i + 1 < n and text[i + 1] == "'":
+            j = i + 2
+            while j < n and text[j] != "'":
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+        elif ch == '"' or (ch == "$" and i + 1 < n and text[i + 1] == '"'):
+            j = i + (2 if ch == "$" else 1)
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+        elif ch == "`" or (ch == "$" and i + 1 < n and text[i + 1] in _EXPANDS_AFTER_DOLLAR):
+            return True
+        else:
+            i += 1
+    return False
 
 
 # ---------------------------------------------------------------------------
@@ -764,9 +805,9 @@ class _Walk:
         first = node.child(0)
         if first is None or first.kind_id not in _COMMAND_NAME or not _PLAIN_COMMAND.fullmatch(text):
             return False
-        words = tuple([_new(Word, (w, w, w, True, False)) for w in _BLANKS.split(text)])
+        words = tuple([_new(Word, (w, w, w, True, *_WORD_TAIL)) for w in _BLANKS.split(text)])
         at = start if self.ascii else self.offset(start)
-        self.commands.append(_new(SimpleCommand, ("command", words, (), text, at)))
+        self.commands.append(SimpleCommand("command", words, (), text, at))
         return True
 
     def command(self, node: Node, children: list[Node]) -> set[int]:
@@ -1134,7 +1175,7 @@ class _Walk:
                 text = self.text(prev) + token
                 texts = (text, *texts)
         at = child.start_byte
-        self.operators.append(_new(Operator, (kind, text, texts, at if self.ascii else self.offset(at))))
+        self.operators.append(Operator(kind, text, texts, at if self.ascii else self.offset(at)))
 
     def in_literal(self) -> Callable[[int], bool]:
         """Whether a byte lies in a literal range (single quotes, ``$'…'``, a comment,
@@ -1243,7 +1284,7 @@ class _Walk:
         if kind in _NUMBER or kind in _EXPRESSION:
             return
         text = self.text(node)
-        if kind in _WORD and text[:1].isdigit():
+        if kind in _WORD and _INTEGER_LITERAL.fullmatch(text):
             return
         self.find(
             "R2",
@@ -1256,6 +1297,18 @@ class _Walk:
 
     def expansion(self, node: Node, children: list[Node]) -> None:
         names = [_KIND_NAME[c.kind_id] for c in children]
+        if ":=" in names or "=" in names:
+            # ${NAME:=word} assigns NAME: decided like a loop variable (R5), so an
+            # exported name the policy set empty (GIT_CONFIG_VALUE_2="") stays as set
+            target = next((c for c in children if _KIND_NAME[c.kind_id] in
+                           ("variable_name", "subscript", "special_variable_name")), None)
+            name = self.text(target).split("[", 1)[0] if target is not None else "?"
+            assignment = Assignment(name, f"{name}=")
+            self.assignments.append(assignment)
+            self.commands.append(
+                SimpleCommand("loop", (), (assignment,), self.text(node),
+                              self.offset(node.start_byte))
+            )
         if len(names) > 1 and names[1] == "!":
             self.find(
                 "R2",
@@ -1306,6 +1359,10 @@ class _Walk:
         self.redirects.append(
             Redirect(operator, words[0] if words else None, self.offset(node.start_byte))
         )
+
+
+# An integer as bash's arithmetic reads it, with no name in it (``0+v`` evaluates v).
+_INTEGER_LITERAL = re.compile(r"[0-9]+|0[xX][0-9a-fA-F]+")
 
 
 def _odd_backslashes(data: bytes, end: int) -> bool:
@@ -1722,7 +1779,7 @@ def _plain_script(source: str, match: re.Match[str], max_depth: int) -> ParsedSc
         if blanks is not None:
             at += blanks.end() - blanks.start()
     built = SimpleCommand(
-        "command", tuple([_new(Word, (w, w, w, True, False)) for w in words]), (), text, start
+        "command", tuple([_new(Word, (w, w, w, True, *_WORD_TAIL)) for w in words]), (), text, start
     )
     return ParsedScript(source, (built,), (), (), (), (), (), 2)
 
