@@ -154,3 +154,15 @@ def test_a_long_command_is_decided_the_same_through_the_policy() -> None:
         script = _general(source)
         assert parse(source) == script
         assert policy.check(source).allowed == policy._decide_uncached(source)[0].allowed
+
+
+def test_words_built_on_the_fast_paths_have_every_field() -> None:
+    # The hot paths build Words with tuple.__new__; a field added to Word must not
+    # leave them short.
+    from sandbox.bash.parse import Word
+
+    sources = ["git log -n 5", "ls 'a b' c\\ d \"$x\" $'\\n' ./*.py {a,b} ~/x", "echo " + "a " * 3000]
+    for source in sources:
+        for command in parse(source).commands:
+            for word in command.words:
+                assert len(word) == len(Word._fields) and word == Word(*word), word
