@@ -1,11 +1,10 @@
-"""The parse module's three paths give one answer: the plain-words shortcut, the
-general path in this process, and the parse worker that takes long commands."""
+"""The parse module's paths give one answer: the plain-words shortcut, the general
+path in this process, and long commands parsed first by the parse worker (which
+also answers R9 for them)."""
 
 from __future__ import annotations
 
 import itertools
-import os
-import pickle
 import random
 import time
 
@@ -13,6 +12,7 @@ import pytest
 
 from sandbox.bash import BashToolPolicy
 from sandbox.bash import parse as parse_module
+from sandbox.bash.agreement import check_agreement
 from sandbox.bash.parse import parse
 
 GENERAL = parse_module._parse_general
@@ -29,8 +29,12 @@ TOKENS = [
 
 
 def _general(source: str, max_depth: int = 100) -> parse_module.ParsedScript:
-    """The general path, all in this process."""
-    return GENERAL(source, 65536, max_depth, 1.0, parsed=parse_module._parse_unguarded)
+    return GENERAL(source, 65536, max_depth, 1.0)
+
+
+def _in_process(source: str) -> parse_module.ParsedScript:
+    """The general path, all in this process (R9 included)."""
+    return parse_module._parse_tree(source, source.encode(), 100, check_agreement)
 
 
 @pytest.mark.parametrize("max_depth", [1, 2, 100])
@@ -71,35 +75,18 @@ LONG = [
 ]
 
 
-@pytest.mark.parametrize("per_node", [0.0, 1.0], ids=["sent back", "parsed here"])
 @pytest.mark.parametrize("source", LONG, ids=range(len(LONG)))
-def test_the_worker_gives_the_general_parse(
-    source: str, per_node: float, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # per_node 0: the worker always sends its parse back; 1 s: it always leaves a
-    # tree without syntax errors to be parsed here.
-    monkeypatch.setattr(parse_module, "_SEND_SECONDS_PER_NODE", per_node)
+def test_the_worker_gives_the_parse_of_this_process(source: str) -> None:
     assert parse_module._needs_guard(source.encode())
-    assert parse(source) == _general(source)
+    assert parse(source) == _in_process(source)
 
 
-def test_a_tree_too_large_to_send_is_parsed_here_after_the_worker(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(parse_module, "_SEND_SECONDS_PER_NODE", 1.0)
-    calls = []
-    real = parse_module._parser
-
-    def counted() -> object:
-        calls.append(1)
-        return real()
-
-    monkeypatch.setattr(parse_module, "_parser", counted)
-    assert parse("echo " + "a " * 3000).findings == ()
-    assert calls == [1]
-    monkeypatch.setattr(parse_module, "_SEND_SECONDS_PER_NODE", 0.0)
-    assert parse("echo " + "a " * 3000).findings == ()
-    assert calls == [1]  # sent back: not parsed here
+def test_every_reply_belongs_to_its_own_command() -> None:
+    # A command refused before R9 (a control character, a syntax error, too deep)
+    # leaves the worker's verdict unread; the next command must not get it.
+    for first, second in itertools.product(LONG, repeat=2):
+        parse(first)
+        assert parse(second) == _in_process(second)
 
 
 def test_the_worker_is_started_once_and_reused() -> None:
@@ -135,23 +122,10 @@ def test_a_worker_that_dies_between_commands_is_replaced() -> None:
     assert parse_module._worker is not None and parse_module._worker is not worker
 
 
-def test_the_reply_may_name_no_class_or_function() -> None:
-    import io
-
-    evil = pickle.dumps(os.system)
-    with pytest.raises(pickle.UnpicklingError):
-        parse_module._ScriptUnpickler(io.BytesIO(evil)).load()
-    script = _general("echo hi > /tmp/x; ls")
-    plain = pickle.dumps(parse_module._to_tuples(script))
-    assert parse_module._from_tuples(parse_module._ScriptUnpickler(io.BytesIO(plain)).load()) == (
-        script
-    )
-
-
 def test_a_long_command_is_decided_the_same_through_the_policy() -> None:
     policy = BashToolPolicy(allowed_command_prefixes=("echo", "ls"), blocked_operators=(";",))
     for source in LONG:
-        script = _general(source)
+        script = _in_process(source)
         assert parse(source) == script
         assert policy.check(source).allowed == policy._decide_uncached(source)[0].allowed
 

@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import atexit
 import bisect
-import io
 import os
-import pickle
 import re
 import select
 import struct
@@ -46,13 +44,13 @@ import time
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple, TypeVar
+from typing import BinaryIO, NamedTuple, TypeVar
 
 import tree_sitter
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
-from .agreement import check_agreement
+from .agreement import Disagreement, check_agreement
 
 __all__ = [
     "Assignment",
@@ -1410,15 +1408,14 @@ def _first_error(root: Node) -> Node:
 # past a 50 ms budget), so such a parse cannot be bounded in this process; and on
 # some large crafted input the C parser has crashed a whole process (seen once in
 # a property test). A command over GUARDED_PARSE_ABOVE bytes, or with many nesting
-# openers, is therefore parsed by a long-lived worker process: it is started on
-# the first such command, fed over a pipe, and killed (then started afresh on the
-# next one) when tree-sitter has not finished after ``max_seconds``. The worker
-# runs this module's own general path and sends the ParsedScript back, so the
-# command is parsed once, there (unless its tree is so large that receiving the
-# result would cost more than parsing it again here); a crash there refuses the
-# command and nothing is parsed here.
+# openers, is therefore parsed first by a long-lived worker process: started on the
+# first such command, fed over a pipe, and killed (then started afresh on the next
+# one) when tree-sitter has not finished after ``max_seconds``. Once it has, this
+# process parses the command too (tree-sitter is deterministic: as fast and as
+# safely as it just did there) and walks it, while the worker runs R9's agreement
+# check on its own tree, on another core, and sends back only its verdict.
 
-# Above this size a command is parsed in the worker.
+# Above this size a command is parsed in the worker first.
 GUARDED_PARSE_ABOVE = 4096
 # The worker's program. -I -S, cwd "/" and an empty environment: it must not import
 # anything the agent could have written (a tree_sitter.py in the workspace would
@@ -1447,18 +1444,11 @@ _GUARD_PATHS = sorted(
         if module.__file__
     }
 )
-_REQUEST = struct.Struct("!IIId")  # source bytes, max_bytes, max_depth, seconds per node
-# What sending one syntax node's facts back costs, roughly (pickling plain tuples
-# there, NamedTuples rebuilt here): when a tree has more nodes than tree-sitter's
-# own time on it would pay for, the worker replies "L" after parsing and the caller
-# parses the command itself (tree-sitter being deterministic, as fast and as safely
-# as it just did there), instead of receiving ~100,000 small objects.
-_SEND_SECONDS_PER_NODE = 0.6e-6
 _LENGTH = struct.Struct("!I")
-# How long a worker may take to start, and to walk a tree it has parsed (linear
+# How long a worker may take to start, and to check a tree it has parsed (linear
 # work, bounded only against a wedged worker).
 _WORKER_START_SECONDS = 10.0
-_WORKER_WALK_SECONDS = 60.0
+_WORKER_CHECK_SECONDS = 60.0
 
 
 # Bytes that open a nesting level somewhere in bash's grammar. A short command with
@@ -1475,96 +1465,33 @@ def _needs_guard(data: bytes) -> bool:
 
 
 def _serve(requests: BinaryIO, replies: BinaryIO) -> None:
-    """The worker's loop: read a request, reply "P" as soon as tree-sitter has
-    parsed it, then the pickled ParsedScript ("S") or an error ("E"); or "L" alone
-    when the caller had better parse it itself. Ends at EOF."""
+    """The worker's loop: read a command, reply "P" as soon as tree-sitter has parsed
+    it, then R9's verdict on that tree: "N" (none to report: bash agrees, or the
+    tree has a syntax error, which the caller refuses anyway), "A" + the byte and
+    the construct of a disagreement, or "E" + an error. Ends at EOF."""
     replies.write(b"R")
     replies.flush()
     while True:
-        header = requests.read(_REQUEST.size)
-        if len(header) < _REQUEST.size:
+        header = requests.read(_LENGTH.size)
+        if len(header) < _LENGTH.size:
             return
-        size, max_bytes, max_depth, per_node = _REQUEST.unpack(header)
+        (size,) = _LENGTH.unpack(header)
         data = requests.read(size)
         if len(data) < size:
             return
-        told = False
-
-        def tell_parsed(root: Node, seconds: float, per_node: float = per_node) -> None:
-            nonlocal told
-            told = True
-            if not root.has_error and root.descendant_count * per_node > seconds:
-                raise _ParseThere
-            replies.write(b"P")
-            replies.flush()
-
+        root = _parser().parse(data).root_node
+        replies.write(b"P")
+        replies.flush()
         try:
-            script = _parse_general(
-                data.decode("utf-8"), max_bytes, max_depth, 0.0, parsed=tell_parsed
-            )
-            reply = b"S" + pickle.dumps(_to_tuples(script), protocol=pickle.HIGHEST_PROTOCOL)
-        except _ParseThere:
-            replies.write(b"L")
-            replies.flush()
-            continue
+            found = None if root.has_error else check_agreement(root, data)
+            if found is None:
+                reply = b"N"
+            else:
+                reply = b"A" + _LENGTH.pack(found.byte) + found.construct.encode("utf-8")
         except Exception as exc:  # a bug: reported to the caller, which fails closed
             reply = b"E" + f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
-        if not told:
-            replies.write(b"P")
         replies.write(_LENGTH.pack(len(reply)) + reply)
         replies.flush()
-
-
-class _ParseThere(Exception):
-    """Raised in the worker: the caller is cheaper off parsing the command itself."""
-
-
-def _parse_unguarded(root: Node, seconds: float) -> None:
-    """The ``parsed`` hook of a parse the worker has just done without trouble."""
-
-
-class _ScriptUnpickler(pickle.Unpickler):
-    """Unpickles the worker's reply, which is plain tuples, strings, ints, bools and
-    None: the worker reads attacker-written input, so its reply may name no class
-    or function at all."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"the parse worker's reply names {module}.{name}")
-
-
-def _to_tuples(script: ParsedScript) -> tuple[Any, ...]:
-    """``script`` as plain tuples: pickled at C speed (a NamedTuple pickles through
-    Python-level reduce calls, ~1 µs each, and a 64 KiB command has ~30,000 of
-    them)."""
-    return (
-        script.source,
-        tuple([(c.kind, tuple(map(tuple, c.words)), tuple(map(tuple, c.assignments)),
-                c.text, c.offset) for c in script.commands]),
-        tuple(map(tuple, script.operators)),
-        tuple(map(tuple, script.assignments)),
-        script.functions,
-        tuple([(r.operator, None if r.target is None else tuple(r.target), r.offset)
-               for r in script.redirects]),
-        tuple(map(tuple, script.findings)),
-        script.depth,
-    )  # fmt: skip
-
-
-def _from_tuples(t: tuple[Any, ...]) -> ParsedScript:
-    source, commands, operators, assignments, functions, redirects, findings, depth = t
-    return ParsedScript(
-        source,
-        tuple([_new(SimpleCommand, (kind, tuple([_new(Word, w) for w in words]),
-                                    tuple([_new(Assignment, a) for a in assigned]), text, at))
-               for kind, words, assigned, text, at in commands]),
-        tuple([_new(Operator, o) for o in operators]),
-        tuple([_new(Assignment, a) for a in assignments]),
-        functions,
-        tuple([_new(Redirect, (op, None if target is None else _new(Word, target), at))
-               for op, target, at in redirects]),
-        tuple([_new(Finding, f) for f in findings]),
-        depth,
-    )  # fmt: skip
 
 
 def _read(fd: int, size: int, deadline: float) -> bytes | None:
@@ -1600,9 +1527,10 @@ class _ParseWorker:
         assert self.process.stdin is not None and self.process.stdout is not None
         self.requests = self.process.stdin
         self.replies = self.process.stdout.fileno()
+        self.verdict_due = False  # a parsed command's R9 verdict is still to be read
 
     def ended(self) -> str:
-        """Reap the worker after EOF or a kill: "crashed" when a signal ended it."""
+        """Reap the worker after EOF: "crashed" when a signal ended it."""
         self.stop()
         code = self.process.returncode
         return "crashed" if code is not None and code < 0 else "unavailable"
@@ -1627,31 +1555,61 @@ class _ParseWorker:
             return self.overran()
         return self.ended()
 
-    def parse(self, data: bytes, max_bytes: int, max_depth: int, seconds: float) -> ParsedScript | str:
+    def parse(self, data: bytes, seconds: float) -> str:
+        """Send ``data``: "parsed" once tree-sitter is done with it there, or "slow",
+        "crashed", "unavailable" (the worker is stopped)."""
         try:
-            self.requests.write(
-                _REQUEST.pack(len(data), max_bytes, max_depth, _SEND_SECONDS_PER_NODE) + data
-            )
+            self.requests.write(_LENGTH.pack(len(data)) + data)
         except OSError:  # it died since the last command
             return self.ended()
         first = _read(self.replies, 1, time.monotonic() + seconds)
         if first is None:
             return self.overran()
-        if first == b"L":
-            return "parse here"
         if first != b"P":
             return self.ended()
-        deadline = time.monotonic() + _WORKER_WALK_SECONDS
+        self.verdict_due = True
+        return "parsed"
+
+    def agreement(self, root: Node, data: bytes) -> Disagreement | None:
+        """R9's verdict on the command last parsed (``root`` and ``data`` are this
+        process's copy of what the worker checked)."""
+        return self.verdict()
+
+    def verdict(self) -> Disagreement | None:
+        self.verdict_due = False
+        deadline = time.monotonic() + _WORKER_CHECK_SECONDS
         header = _read(self.replies, _LENGTH.size, deadline)
-        if header is None or len(header) < _LENGTH.size:
-            return self.ended() if header is not None else self.overran()
-        (size,) = _LENGTH.unpack(header)
-        reply = _read(self.replies, size, deadline)
-        if reply is None or len(reply) < size:
-            return self.ended() if reply is not None else self.overran()
-        if reply[:1] == b"E":
-            raise RuntimeError(f"the parse worker failed: {reply[1:].decode('utf-8', 'replace')}")
-        return _from_tuples(_ScriptUnpickler(io.BytesIO(reply[1:])).load())
+        reply = None
+        if header is not None and len(header) == _LENGTH.size:
+            (size,) = _LENGTH.unpack(header)
+            reply = _read(self.replies, size, deadline)
+            if reply is not None and len(reply) < size:
+                reply = None
+        if not reply:
+            self.stop()
+            raise RuntimeError("the parse worker ended or stalled while checking R9")
+        if reply[:1] == b"N":
+            return None
+        if reply[:1] == b"A" and len(reply) >= 1 + _LENGTH.size:
+            (byte,) = _LENGTH.unpack_from(reply, 1)
+            return Disagreement(reply[1 + _LENGTH.size :].decode("utf-8", "replace"), byte)
+        raise RuntimeError(f"the parse worker failed: {reply[1:].decode('utf-8', 'replace')}")
+
+    def finish(self) -> None:
+        """Settle a verdict nobody asked for (the command was refused before R9), so
+        that the next command's replies are its own: read it if it is there, else
+        stop the worker rather than wait (R9 on a tree this process refused, say
+        1,000 nested ${x:-, can take seconds); the next long command starts another."""
+        if not self.verdict_due:
+            return
+        if select.select([self.replies], [], [], 0)[0]:
+            try:
+                self.verdict()
+                return
+            except RuntimeError:
+                pass
+        self.verdict_due = False
+        self.stop()
 
 
 _worker: _ParseWorker | None = None
@@ -1689,41 +1647,30 @@ os.register_at_fork(after_in_child=_forget_worker_after_fork)
 atexit.register(_stop_worker)
 
 
-def _guarded_parse(data: bytes, max_bytes: int, max_depth: int, seconds: float) -> ParsedScript | str:
-    """Parse ``data`` in the worker: its ParsedScript, or "parse here" (tree-sitter
-    parsed it in time; the caller walks it more cheaply than it could receive the
-    result), "slow" (tree-sitter not done within ``seconds``; the worker is
-    killed), "crashed" (the worker died of a signal) or "unavailable" (no worker
-    could be run, e.g. an embedded interpreter: the caller parses here)."""
+def _ready_worker() -> _ParseWorker | str:
+    """The worker, started if need be (call with _worker_lock held): or "slow",
+    "crashed" or "unavailable" (no worker could be run, e.g. an embedded
+    interpreter) when none could be started."""
     global _worker
-    with _worker_lock:
-        worker = _worker
-        if worker is not None and (
-            worker.code != _GUARD_CODE
-            or worker.owner != os.getpid()
-            or worker.process.poll() is not None  # ended since the last command
-        ):
-            if worker.owner == os.getpid():
-                worker.stop()
-            worker = _worker = None
-        if worker is None:
-            try:
-                worker = _ParseWorker()
-            except (OSError, ValueError, TypeError):  # no usable interpreter
-                return "unavailable"
-            state = worker.started()
-            if state != "ok":
-                return state
-            _worker = worker
-        try:
-            outcome = worker.parse(data, max_bytes, max_depth, seconds)
-        except BaseException:
+    worker = _worker
+    if worker is not None and (
+        worker.code != _GUARD_CODE
+        or worker.owner != os.getpid()
+        or worker.process.poll() is not None  # ended since the last command
+    ):
+        if worker.owner == os.getpid():
             worker.stop()
-            _worker = None
-            raise
-        if outcome in ("slow", "crashed", "unavailable"):
-            _worker = None  # stopped: the next long command starts a new one
-        return outcome
+        worker = _worker = None
+    if worker is None:
+        try:
+            worker = _ParseWorker()
+        except (OSError, ValueError, TypeError):  # no usable interpreter
+            return "unavailable"
+        state = worker.started()
+        if state != "ok":
+            return state
+        _worker = worker
+    return worker
 
 
 # A one-line command of plain words: printable ASCII other than bash's quoting,
@@ -1801,16 +1748,11 @@ def parse(
 
 
 def _parse_general(
-    source: str,
-    max_bytes: int,
-    max_depth: int,
-    max_seconds: float,
-    *,
-    parsed: Callable[[Node, float], None] | None = None,
+    source: str, max_bytes: int, max_depth: int, max_seconds: float
 ) -> ParsedScript:
-    """parse() past the plain-words case. With ``parsed`` (in the worker, or after
-    the worker has parsed the command), no worker is asked, and ``parsed`` is told
-    the tree and tree-sitter's time as soon as it is done."""
+    """parse() past the plain-words case."""
+    global _worker
+
     def early(rule: str, message: str, token: str | None = None, at: int = 0) -> ParsedScript:
         return ParsedScript(source, (), (), (), (), (), (Finding(rule, message, token, at),), 0)
 
@@ -1834,34 +1776,46 @@ def _parse_general(
         return early("R6", "the command is not valid Unicode (it holds a lone surrogate)")
     if len(data) > max_bytes:
         return early("R6", f"the command is longer than {max_bytes} bytes")
-    if parsed is None and _needs_guard(data):
-        guarded = _guarded_parse(data, max_bytes, max_depth, max_seconds)
-        if isinstance(guarded, ParsedScript):
-            return guarded
-        if guarded == "parse here":
-            return _parse_general(
-                source, max_bytes, max_depth, max_seconds, parsed=_parse_unguarded
-            )
-        if guarded == "crashed":
-            return early(
-                "R6",
-                "tree-sitter-bash crashed parsing this command (tried in a separate process); "
-                "fix its syntax or shorten it",
-            )
-        if guarded == "slow":
-            return early(
-                "R6",
-                f"the command took longer than {max_seconds:g} s to parse (tree-sitter-bash "
-                "recovers from some syntax errors very slowly); fix its syntax or shorten it",
-            )
-    if parsed is None:
-        tree = _parser().parse(data)
-        root = tree.root_node
-    else:
-        started = time.perf_counter()
-        tree = _parser().parse(data)
-        root = tree.root_node
-        parsed(root, time.perf_counter() - started)
+    if not _needs_guard(data):
+        return _parse_tree(source, data, max_depth, check_agreement)
+    with _worker_lock:
+        worker = _ready_worker()
+        state = worker if isinstance(worker, str) else worker.parse(data, max_seconds)
+        if state == "parsed":
+            assert isinstance(worker, _ParseWorker)
+            try:
+                return _parse_tree(source, data, max_depth, worker.agreement)
+            finally:
+                worker.finish()
+        _worker = None  # stopped, or never started: the next long command starts one
+    if state == "crashed":
+        return early(
+            "R6",
+            "tree-sitter-bash crashed parsing this command (tried in a separate process); "
+            "fix its syntax or shorten it",
+        )
+    if state == "slow":
+        return early(
+            "R6",
+            f"the command took longer than {max_seconds:g} s to parse (tree-sitter-bash "
+            "recovers from some syntax errors very slowly); fix its syntax or shorten it",
+        )
+    # "unavailable": no worker could be run (an embedded interpreter), or it could
+    # not import the parser; nothing was learnt, and the command is parsed here.
+    return _parse_tree(source, data, max_depth, check_agreement)
+
+
+def _parse_tree(
+    source: str,
+    data: bytes,
+    max_depth: int,
+    agreement: Callable[[Node, bytes], Disagreement | None],
+) -> ParsedScript:
+    """Parse ``data`` here and walk the tree; R9 is asked of ``agreement``."""
+    def early(rule: str, message: str, token: str | None = None, at: int = 0) -> ParsedScript:
+        return ParsedScript(source, (), (), (), (), (), (Finding(rule, message, token, at),), 0)
+
+    root = _parser().parse(data).root_node
     controls = _control_positions(source)
     if root.has_error:
         # Fail closed without walking a tree that is partly guesswork.
@@ -1896,7 +1850,7 @@ def _parse_general(
                 walk.findings.append(Finding("R8", _control_message(ch), escape_controls(ch), pos))
                 break
     if not any(f.rule in ("R6", "R8") for f in walk.findings):
-        disagreement = check_agreement(root, data)
+        disagreement = agreement(root, data)
         if disagreement is not None:
             at = len(data[: disagreement.byte].decode("utf-8", "replace"))
             token = data[disagreement.byte : disagreement.byte + 24].decode("utf-8", "replace")
