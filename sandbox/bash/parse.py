@@ -1449,6 +1449,9 @@ _LENGTH = struct.Struct("!I")
 # work, bounded only against a wedged worker).
 _WORKER_START_SECONDS = 10.0
 _WORKER_CHECK_SECONDS = 60.0
+# How long the next long command waits for a verdict nobody asked for before it
+# replaces the worker (starting one costs ~40 ms).
+_UNASKED_VERDICT_SECONDS = 0.02
 
 
 # Bytes that open a nesting level somewhere in bash's grammar. A short command with
@@ -1595,21 +1598,24 @@ class _ParseWorker:
             return Disagreement(reply[1 + _LENGTH.size :].decode("utf-8", "replace"), byte)
         raise RuntimeError(f"the parse worker failed: {reply[1:].decode('utf-8', 'replace')}")
 
-    def finish(self) -> None:
-        """Settle a verdict nobody asked for (the command was refused before R9), so
-        that the next command's replies are its own: read it if it is there, else
-        stop the worker rather than wait (R9 on a tree this process refused, say
-        1,000 nested ${x:-, can take seconds); the next long command starts another."""
+    def settled(self) -> bool:
+        """Whether the worker can take a command: no verdict is left unread, or the
+        one left (nobody asked for it: the walk refused the command first) has
+        arrives within _UNASKED_VERDICT_SECONDS and is read now. One still being
+        computed then (R9 on a tree the walk refused early, say 1,000 nested ${x:-,
+        can take seconds) is not waited for: the caller replaces the worker (~40 ms)
+        instead."""
         if not self.verdict_due:
-            return
-        if select.select([self.replies], [], [], 0)[0]:
-            try:
-                self.verdict()
-                return
-            except RuntimeError:
-                pass
-        self.verdict_due = False
-        self.stop()
+            return True
+        poller = select.poll()
+        poller.register(self.replies, select.POLLIN)
+        if not poller.poll(_UNASKED_VERDICT_SECONDS * 1000):
+            return False
+        try:
+            self.verdict()
+        except RuntimeError:
+            return False
+        return True
 
 
 _worker: _ParseWorker | None = None
@@ -1657,6 +1663,7 @@ def _ready_worker() -> _ParseWorker | str:
         worker.code != _GUARD_CODE
         or worker.owner != os.getpid()
         or worker.process.poll() is not None  # ended since the last command
+        or not worker.settled()
     ):
         if worker.owner == os.getpid():
             worker.stop()
@@ -1783,10 +1790,7 @@ def _parse_general(
         state = worker if isinstance(worker, str) else worker.parse(data, max_seconds)
         if state == "parsed":
             assert isinstance(worker, _ParseWorker)
-            try:
-                return _parse_tree(source, data, max_depth, worker.agreement)
-            finally:
-                worker.finish()
+            return _parse_tree(source, data, max_depth, worker.agreement)
         _worker = None  # stopped, or never started: the next long command starts one
     if state == "crashed":
         return early(
