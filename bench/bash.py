@@ -167,7 +167,8 @@ def _check_table() -> None:
     print()
     print("   adversarial inputs at the 64 KiB cap: check (median of 5) beside tree-sitter's own")
     print("   parse of the same bytes in this process (for the shapes that take it seconds:")
-    print("   a child process, stopped at 2 s); goal ≤ 50 ms for any input")
+    print("   a child process, stopped at 2 s); goal ≤ 50 ms for any input (load average "
+          f"{os.getloadavg()[0]:.2f})")
     print(f"   {'input':32} {'bytes':>6} {'check ms':>9} {'tree-sitter':>11}  goal       decided")
     for label, command in _adversarial():
         ts = []
