@@ -39,6 +39,9 @@ def _in_process(source: str) -> parse_module.ParsedScript:
 
 @pytest.mark.parametrize("max_depth", [1, 2, 100])
 def test_the_plain_words_shortcut_gives_the_general_parse(max_depth: int) -> None:
+    # The shortcut relies on the walk and R9 accepting every command tree of plain
+    # words as such; a rule that refuses some plain word must fail here (and then
+    # the shortcut must learn it).
     rng = random.Random(8)
     sources = {" ".join(pair) for pair in itertools.product(TOKENS, repeat=2)}
     for _ in range(3000):
@@ -48,6 +51,12 @@ def test_the_plain_words_shortcut_gives_the_general_parse(max_depth: int) -> Non
             + rng.choice([" ", "  ", "\t", " \t "]).join(words)
             + rng.choice(["", " ", "\n", "\n\n"])
         )
+    # and random words over every character the shortcut accepts
+    alphabet = "%+,-./0123456789:=@ABCXYZ^_abcxyz"
+    for _ in range(2000):
+        words = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 4)))
+                 for _ in range(rng.randint(1, 4))]
+        sources.add(" ".join(words))
     for source in sorted(sources):
         assert parse(source, max_depth=max_depth) == _general(source, max_depth), source
 

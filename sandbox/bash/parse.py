@@ -1732,7 +1732,8 @@ def _plain_script(source: str, match: re.Match[str], max_depth: int) -> ParsedSc
     join or control character to check, and a tree R9 accepts leaf by leaf: every
     leaf a word of plain characters, blanks between) yields this script, so it is
     built directly. Any other tree (``x =~ y`` reads a regex, ``a=b`` an assignment,
-    a syntax error) goes the general way."""
+    a syntax error) goes the general way. A rule that ever refuses a plain word
+    must be taught here too: tests/test_parse_paths.py compares both paths."""
     if max_depth < 2:
         return None
     data = source.encode("ascii")
