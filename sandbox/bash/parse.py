@@ -1683,7 +1683,8 @@ def _stop_worker() -> None:
         worker.stop()
 
 
-os.register_at_fork(after_in_child=_forget_worker_after_fork)
+if hasattr(os, "register_at_fork"):  # not on Windows, where nothing forks
+    os.register_at_fork(after_in_child=_forget_worker_after_fork)
 atexit.register(_stop_worker)
 
 
