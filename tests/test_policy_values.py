@@ -146,3 +146,15 @@ def test_bash_reads_a_backslash_quote_in_backquotes_in_double_quotes_as_a_quote(
     subprocess.run(["bash", "--norc", "-c", command], capture_output=True, timeout=10,
                    check=False)
     assert marker.exists()
+
+
+def test_reading_a_file_through_a_substitution_is_decided_as_cat() -> None:
+    """bash's "$(< file)" prints the file as "$(cat file)" does: it needs cat allowed,
+    and asks where cat asks (readonly prints file contents only after a human agrees)."""
+    echo_only = BashToolPolicy(allowed_command_prefixes=("echo",))
+    assert not echo_only.check('echo "$(< /etc/shadow)"').allowed
+    assert "'cat'" in echo_only.check('echo "$(< /etc/shadow)"').reason
+    assert READONLY.check('echo -- "$(< /etc/shadow)"').allowed
+    assert READONLY.needs_confirmation('echo -- "$(< /etc/shadow)"')
+    assert READONLY.needs_confirmation("echo -- `< /etc/shadow`")
+    assert not READONLY.needs_confirmation("echo -- hi")

@@ -1172,6 +1172,19 @@ class _Walk:
     def command_substitution(self, node: Node, children: list[Node], track: bool) -> None:
         if track:
             self.claimed.add(node.start_byte)
+        inner_nodes = [c for c in children if _NAMED[c.kind_id]]
+        if len(inner_nodes) == 1:
+            only = inner_nodes[0]
+            if _KIND_NAME[only.kind_id] == "redirected_statement" and all(
+                    c.kind_id in _FILE_REDIRECT for c in only.named_children):
+                only = only.named_children[0] if only.named_child_count == 1 else only
+            if only.kind_id in _FILE_REDIRECT:
+                # "$(< file)" is bash's own "$(cat file)": decided as that command
+                target = [c for c in only.named_children if _KIND_NAME[c.kind_id] !=
+                          "file_descriptor"]
+                self.commands.append(SimpleCommand(
+                    "command", (Word("cat", "cat", "cat", True), *self.words(target)), (),
+                    self.text(node), self.offset(node.start_byte)))
         if _KIND_NAME[children[0].kind_id] in ("`", "$`"):
             self.claimed.add(node.end_byte - 1)
             inner = self.text(node)[1:-1]
