@@ -137,6 +137,17 @@ async def test_the_agents_environment_is_unreadable(workspace: Path, identity: s
         pytest.skip("drop_privileges needs root")
     result = await run(workspace, f"cat /proc/{os.getpid()}/environ | tr '\\0' '\\n'", identity)
     assert "PATH=" not in result["stdout"]
+    # With a private /proc the agent is not even listed; without, Landlock's ptrace rule.
+    hidden = confinement.detect().has("private-proc")
+    assert ("No such file or directory" if hidden else "Permission denied") in result["stderr"]
+
+
+@needs_landlock
+async def test_landlock_alone_still_hides_the_agents_environment(workspace: Path,
+                                                                 simulate: Any) -> None:  # fmt: skip
+    simulate("private-proc")
+    result = await run(workspace, f"cat /proc/{os.getpid()}/environ | tr '\\0' '\\n'")
+    assert "PATH=" not in result["stdout"]
     assert "Permission denied" in result["stderr"]
 
 
@@ -207,7 +218,26 @@ async def test_killing_a_process_outside_the_tree_fails(workspace: Path, identit
     victim = subprocess.Popen(["sleep", "60"])
     try:
         result = await run(workspace, f"kill -9 {victim.pid}; kill -TERM {victim.pid}", identity)
-        assert result["stderr"].count("Operation not permitted") == 2
+        # In a PID namespace of its own the victim's pid names nothing; without one,
+        # Landlock's signal scope refuses.
+        hidden = confinement.detect().has("private-proc")
+        why = "No such process" if hidden else "Operation not permitted"
+        assert result["stderr"].count(why) == 2, result
+        time.sleep(0.05)
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+@needs_landlock
+async def test_landlock_alone_still_refuses_signals_outside(workspace: Path,
+                                                            simulate: Any) -> None:  # fmt: skip
+    simulate("private-proc")
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        result = await run(workspace, f"kill -9 {victim.pid}; kill -TERM {victim.pid}")
+        assert result["stderr"].count("Operation not permitted") == 2, result
         time.sleep(0.05)
         assert victim.poll() is None
     finally:

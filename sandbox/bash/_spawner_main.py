@@ -4,6 +4,8 @@ framing of `sandbox.bash.spawner`."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import select
 import signal
@@ -12,27 +14,56 @@ import sys
 import time
 from typing import Any
 
-from sandbox.bash.child import preexec_fn
+from sandbox.bash.child import needs_pid_namespace, preexec_fn
+from sandbox.bash.confinement import pid_namespace
 from sandbox.bash.spawner import _recv, _send
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+# This process's own pidfd, readable once it has exited: inherited by each child, which
+# checks it after PR_SET_PDEATHSIG (its parent may be outside its PID namespace, where
+# getppid() says 0 whoever the parent is).
+_SELF = os.pidfd_open(os.getpid())
+# Above every descriptor the child can hold (closerange uses close_range(2)).
+_MAX_FD = 1 << 30
 
 
 class _Job:
-    def __init__(self, pid: int, reply: socket.socket, kill_files: list[str]) -> None:
+    def __init__(self, pid: int, reply: socket.socket, kill_files: list[str],
+                 started_r: int) -> None:
         self.pid = pid
         self.reply = reply
         self.kill_files = kill_files
+        # The agent's "started" pipe: end of file once the child has exec'd (and so has
+        # entered its cgroups) or died.
+        self.started_r = started_r
+
+    def close(self) -> None:
+        self.reply.close()
+        if self.started_r >= 0:
+            os.close(self.started_r)
+            self.started_r = -1
 
 
 def _child(request: dict[str, Any], out_w: int, err_w: int, passed: list[int],
            errpipe_w: int, preexec: Any) -> None:
     """In the forked child: descriptors, session, setup, exec. Never returns."""
     try:
+        # Received by SCM_RIGHTS, so inheritable: it must close at exec, which is how
+        # the agent learns that the child has exec'd.
+        os.set_inheritable(errpipe_w, False)
         # What CPython's subprocess restores (restore_signals): Python ignores SIGPIPE
         # and SIGXFSZ, and this process ignores SIGINT and SIGHUP; the command must not
         # inherit any of that (a write past RLIMIT_FSIZE must kill it).
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        # Die with the spawner (a command in flight when it dies is lost: the agent
+        # says so); it may have died already, before the prctl.
+        if _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+        if select.select([_SELF], [], [], 0)[0]:
+            os._exit(127)
         os.setsid()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
@@ -50,12 +81,12 @@ def _child(request: dict[str, Any], out_w: int, err_w: int, passed: list[int],
         # closed (the prepared Landlock ruleset is one of them).
         if preexec is not None:
             preexec()
-        for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
-            if fd not in keep:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        low = 0
+        for fd in sorted(keep):
+            if low < fd:  # closerange(n, n) closes everything from n on (CPython 3.11)
+                os.closerange(low, fd)
+            low = fd + 1
+        os.closerange(low, _MAX_FD)
         argv = request["argv"]
         os.execve(argv[0], argv, request["env"])
     except BaseException as e:
@@ -66,26 +97,30 @@ def _child(request: dict[str, Any], out_w: int, err_w: int, passed: list[int],
 
 
 def _start(request: dict[str, Any], fds: list[int]) -> tuple[int, str | None]:
-    out_w, err_w, passed = fds[0], fds[1], fds[3:]
+    """Fork the child; returns its pid at once (it sets itself up and execs on its own,
+    reporting a failure on the "started" pipe), or -1 and why it could not start."""
+    out_w, err_w, started_w, passed = fds[0], fds[1], fds[3], fds[5:]
     setup = request["setup"]
-    preexec = preexec_fn(setup) if setup is not None else None
-    errpipe_r, errpipe_w = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:
-        os.close(errpipe_r)
-        _child(request, out_w, err_w, passed, errpipe_w, preexec)
-    os.close(errpipe_w)
-    chunks = []
-    while chunk := os.read(errpipe_r, 4096):
-        chunks.append(chunk)
-    os.close(errpipe_r)
-    if chunks:
-        os.waitpid(pid, 0)
-        return -1, b"".join(chunks).decode("utf-8", "replace")
+    try:
+        preexec = preexec_fn(setup) if setup is not None else None
+    except OSError as e:
+        return -1, f"{type(e).__name__}: {e}"
+    with pid_namespace() if setup is not None and needs_pid_namespace(setup) else (
+            contextlib.nullcontext("")) as problem:  # fmt: skip
+        if problem:
+            return -1, f"private /proc: {problem}"
+        pid = os.fork()
+        if pid == 0:
+            _child(request, out_w, err_w, passed, started_w, preexec)
+    del preexec  # the per-run Landlock ruleset: closed now, not at the next collection
     return pid, None
 
 
 def _kill(job: _Job) -> None:
+    # Until it has exec'd, the child may not be in its cgroups yet: a cgroup.kill now
+    # would miss it. Its setup is short and runs no user code.
+    if job.started_r >= 0:
+        select.select([job.started_r], [], [], 0.05)
     for path in job.kill_files:
         try:
             with open(path, "w") as f:
@@ -154,13 +189,18 @@ def serve(fd: int, agent: int) -> None:
                     try:
                         pid, error = _start(request, fds)
                     finally:
-                        for extra in (fds[0], fds[1], *fds[3:]):
+                        for extra in (fds[0], fds[1], fds[3], *fds[5:]):
                             os.close(extra)
                     if error is not None:
-                        _send(reply, ("error", f"could not set up the child process: {error}"))
+                        os.close(fds[4])
+                        try:
+                            _send(reply, ("error", f"could not set up the child process: "
+                                                   f"{error}"))  # fmt: skip
+                        except OSError:
+                            pass
                         reply.close()
                         continue
-                    job = _Job(pid, reply, request["kill_files"])
+                    job = _Job(pid, reply, request["kill_files"], fds[4])
                     pidfd = os.pidfd_open(pid)
                     try:
                         _send(reply, ("started", pid), [pidfd])
@@ -193,8 +233,8 @@ def serve(fd: int, agent: int) -> None:
                     try:
                         _send(job.reply, ("status", status))
                     except OSError:
-                        pass
-                job.reply.close()
+                        pass  # the agent read the status itself and went on
+                job.close()
     finally:
         _finish(jobs)
         sys.exit(0)

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 from sandbox.bash.confinement import Confinement, prepare
 
-__all__ = ["PROLOGUE_FAILED", "ChildSetup", "preexec_fn", "shell_prologue"]
+__all__ = ["PROLOGUE_FAILED", "ChildSetup", "needs_pid_namespace", "preexec_fn",
+           "shell_prologue"]
 
 # Exit status of the shell when its prologue failed: it printed why and ran nothing.
 PROLOGUE_FAILED = 125
@@ -106,6 +107,12 @@ def shell_prologue(setup: ChildSetup, *, posix_mode: bool = False) -> str:
     return "".join(steps)
 
 
+def needs_pid_namespace(setup: ChildSetup) -> bool:
+    """Whether the process that forks must do so inside `confinement.pid_namespace()`
+    (the confinement asks for a private /proc)."""
+    return setup.confinement is not None and setup.confinement.private_proc
+
+
 def preexec_fn(setup: ChildSetup) -> Callable[[], None]:
     """The function run in the forked child before exec.
 
@@ -117,7 +124,9 @@ def preexec_fn(setup: ChildSetup) -> Callable[[], None]:
     1. cgroups: the child must be contained before anything else can fail or fork, and
        the cgroup files are unreachable once Landlock applies;
     2. rlimits (soft = hard; RLIMIT_CORE 0);
-    3. namespaces (network; a user namespace around it for an unprivileged agent);
+    3. namespaces (network; a user namespace around it for an unprivileged agent; a
+       mount namespace with a fresh /proc when the child is the first process of its
+       own PID namespace, see `needs_pid_namespace`);
     4. the capability bounding set is emptied (needs CAP_SETPCAP);
     5. the identity change (needs CAP_SETUID/CAP_SETGID);
     6. every remaining capability cleared, ambient included;
