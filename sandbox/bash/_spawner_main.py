@@ -14,7 +14,13 @@ import sys
 import time
 from typing import Any
 
-from sandbox.bash.child import needs_pid_namespace, preexec_fn
+from sandbox.bash.child import (
+    needs_pid_namespace,
+    preexec_fn,
+    zygote_key,
+    zygote_preparation,
+    zygote_steps,
+)
 from sandbox.bash.confinement import pid_namespace
 from sandbox.bash.spawner import _recv, _send
 
@@ -45,25 +51,30 @@ class _Job:
             self.started_r = -1
 
 
+def _die_with_spawner() -> None:
+    """What CPython's subprocess restores (restore_signals): Python ignores SIGPIPE and
+    SIGXFSZ, and this process ignores SIGINT and SIGHUP; the command must not inherit
+    any of that (a write past RLIMIT_FSIZE must kill it). Then: die with the spawner (a
+    command in flight when it dies is lost: the agent says so); it may have died
+    already, before the prctl."""
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    if _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if select.select([_SELF], [], [], 0)[0]:
+        os._exit(127)
+
+
 def _child(request: dict[str, Any], out_w: int, err_w: int, passed: list[int],
-           errpipe_w: int, preexec: Any) -> None:
+           errpipe_w: int, preexec: Any, zygote: bool = False) -> None:
     """In the forked child: descriptors, session, setup, exec. Never returns."""
     try:
         # Received by SCM_RIGHTS, so inheritable: it must close at exec, which is how
         # the agent learns that the child has exec'd.
         os.set_inheritable(errpipe_w, False)
-        # What CPython's subprocess restores (restore_signals): Python ignores SIGPIPE
-        # and SIGXFSZ, and this process ignores SIGINT and SIGHUP; the command must not
-        # inherit any of that (a write past RLIMIT_FSIZE must kill it).
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, set())
-        # Die with the spawner (a command in flight when it dies is lost: the agent
-        # says so); it may have died already, before the prctl.
-        if _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
-        if select.select([_SELF], [], [], 0)[0]:
-            os._exit(127)
+        if not zygote:
+            _die_with_spawner()
         os.setsid()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
@@ -94,6 +105,80 @@ def _child(request: dict[str, Any], out_w: int, err_w: int, passed: list[int],
             os.write(errpipe_w, f"{type(e).__name__}: {e}".encode()[:4000])
         finally:
             os._exit(127)
+
+
+class _Zygote:
+    """A child forked ahead of its request, its namespaces already made (a PID
+    namespace, the network, a mount namespace with a fresh /proc): forking and those
+    namespaces cost ~1-2 ms of CPU, paid here while the agent waits for its model, not
+    while it waits for a command. It serves one request, for the confinement it was
+    prepared for (`key`), then is the command."""
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+        self.prepared, early = zygote_preparation(key)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            with pid_namespace() if key is not None and key.private_proc else (
+                    contextlib.nullcontext("")) as problem:  # fmt: skip
+                if problem:
+                    raise OSError(problem)
+                pid = os.fork()
+                if pid == 0:
+                    ours.close()
+                    _zygote_main(theirs, early, self.prepared)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.pid = pid
+        self.sock = ours
+        self.pidfd = os.pidfd_open(pid)
+
+    def usable_for(self, key: Any) -> bool:
+        if key != self.key or select.select([self.pidfd], [], [], 0)[0]:
+            return False
+        return self.prepared is None or self.prepared.still_fresh()
+
+    def discard(self) -> None:
+        self.sock.close()  # it exits at end of file; SIGKILL in case it is stuck
+        try:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        except OSError:
+            pass
+        os.waitpid(self.pid, 0)
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+        if self.prepared is not None:
+            self.prepared.close()  # our copy of its ruleset
+            self.prepared = None
+
+
+def _zygote_main(sock: socket.socket, early: Any, prepared: Any) -> None:
+    """In a zygote: namespaces now, then wait for the request and become the command.
+    Never returns."""
+    started_w = -1
+    try:
+        _die_with_spawner()
+        early()
+        try:
+            request, fds = _recv(sock)
+        except (EOFError, OSError):
+            os._exit(0)  # discarded
+        out_w, err_w, started_w, passed = fds[0], fds[1], fds[2], fds[3:]
+        setup = request["setup"]
+        preexec = zygote_steps(setup, prepared) if setup is not None else None
+    except BaseException as e:
+        if started_w >= 0:
+            os.write(started_w, f"{type(e).__name__}: {e}".encode()[:4000])
+        os._exit(127)
+    _child(request, out_w, err_w, passed, started_w, preexec, zygote=True)
 
 
 def _start(request: dict[str, Any], fds: list[int]) -> tuple[int, str | None]:
@@ -175,9 +260,18 @@ def serve(fd: int, agent: int) -> None:
     poller = select.poll()
     poller.register(control.fileno(), select.POLLIN)
     poller.register(agent_fd, select.POLLIN)
+    zygote: _Zygote | None = None
+    wanted: list[Any] = []  # the key of the zygote to make when idle
     try:
         while True:
-            for ready, _event in poller.poll():
+            events = poller.poll(0 if wanted else None)
+            if not events and wanted:
+                try:
+                    zygote = _Zygote(wanted.pop())
+                except OSError:
+                    zygote = None  # the next request forks the usual way
+                continue
+            for ready, _event in events:
                 if ready == agent_fd:
                     return  # the agent died: finally kills everything
                 if ready == control.fileno():
@@ -186,8 +280,18 @@ def serve(fd: int, agent: int) -> None:
                     except (EOFError, OSError):
                         return  # the agent closed us: it is exiting
                     reply = socket.socket(fileno=fds[2])
+                    setup = request["setup"]
+                    key = zygote_key(setup) if setup is not None else _NO_ZYGOTE
                     try:
-                        pid, error = _start(request, fds)
+                        if zygote is not None and zygote.usable_for(key):
+                            pid, error = _hand_over(zygote, request, fds)
+                            zygote.close()
+                        else:
+                            if zygote is not None:
+                                zygote.discard()
+                            pid, error = _start(request, fds)
+                        zygote = None
+                        wanted[:] = [key] if key is not _NO_ZYGOTE else []
                     finally:
                         for extra in (fds[0], fds[1], fds[3], *fds[5:]):
                             os.close(extra)
@@ -236,5 +340,21 @@ def serve(fd: int, agent: int) -> None:
                         pass  # the agent read the status itself and went on
                 job.close()
     finally:
+        if zygote is not None:
+            zygote.discard()
         _finish(jobs)
         sys.exit(0)
+
+
+# Requests without a setup (nothing to do between fork and exec) need no zygote.
+_NO_ZYGOTE = object()
+
+
+def _hand_over(zygote: _Zygote, request: dict[str, Any], fds: list[int]
+               ) -> tuple[int, str | None]:  # fmt: skip
+    """Give the request to the zygote, which sets itself up and execs."""
+    try:
+        _send(zygote.sock, request, [fds[0], fds[1], fds[3], *fds[5:]])
+    except OSError as e:
+        return -1, f"the prepared child did not take the request: {e}"
+    return zygote.pid, None

@@ -552,6 +552,7 @@ class _EtcSecrets:
 
     def __init__(self) -> None:
         self._entries: list[tuple[bytes, bool]] | None = None
+        self.generation = 0  # bumped by every scan
         self._inotify = -1
         self.placeholders: tuple[bytes, bytes, bytes] | None = None  # root, file, dir
 
@@ -584,6 +585,7 @@ class _EtcSecrets:
             raise OSError(errno.E2BIG, f"{len(found)} entries of /etc are not world-readable "
                           f"(more than {self._MAX} to cover)")  # fmt: skip
         self._entries = found
+        self.generation += 1
         return found
 
     def _changed(self) -> bool:
@@ -678,14 +680,14 @@ def _read_rights() -> int:
 class _Rules:
     """The part of a Landlock ruleset that is the same from run to run, kept ready.
 
-    Opening and checking ~170 paths (most of them pieces of /etc) is most of the cost of
-    a ruleset: here each path is opened once (O_PATH, close-on-exec), and each run only
-    adds the prepared rules to a new ruleset (one system call each), plus its own
-    private paths. A rule names an inode, not a path, so a path replaced since (a new
-    /etc/passwd written by rename, a workspace deleted and made again) would be granted
-    stale: `fresh` compares the inode and modification time of every directory holding
-    a rule's path (or, for a symbolic link, its target), which any such replacement
-    changes, and the rules are rebuilt when one differs.
+    Opening and checking each path is most of the cost of a ruleset: here each path is
+    opened once (O_PATH, close-on-exec), and each run only adds the prepared rules to a
+    new ruleset (one system call each), plus its own private paths. A rule names an
+    inode, not a path, so a path replaced since (a new /etc/passwd written by rename, a
+    workspace deleted and made again) would be granted stale: `fresh` stats every path
+    again and compares its device and inode with the open one's (which cannot have
+    been reused: the fd keeps the old inode allocated), and the rules are rebuilt when
+    one differs.
     """
 
     def __init__(self, c: Confinement) -> None:
@@ -693,7 +695,7 @@ class _Rules:
         self.handled_fs = handled_fs
         self.rules: list[_PathBeneath] = []
         self._fds: list[int] = []
-        watched: set[str] = set()
+        self._stamps: list[tuple[str, tuple[int, int]]] = []
         if handled_fs:
             device = _FS_READ_FILE | _FS_WRITE_FILE | (_FS_TRUNCATE & handled_fs)
             try:
@@ -705,19 +707,25 @@ class _Rules:
                     for path in paths:
                         listing_only = path.endswith("/") and len(path) > 1
                         path = path.rstrip("/") if listing_only else path
-                        watched.add(os.path.dirname(path) or "/")
-                        watched.add(os.path.dirname(os.path.realpath(path)) or "/")
                         opened = _open_rule(path, _FS_READ_DIR if listing_only else rights)
                         if opened is not None:
                             self._fds.append(opened[0])
                             self.rules.append(_PathBeneath(opened[1], opened[0]))
+                            st = os.fstat(opened[0])
+                            self._stamps.append((path, (st.st_dev, st.st_ino)))
             except BaseException:
                 self.close()
                 raise
-        self._stamps = [(d, _stamp(d)) for d in sorted(watched)]
 
     def fresh(self) -> bool:
-        return all(_stamp(d) == stamp for d, stamp in self._stamps)
+        for path, stamp in self._stamps:
+            try:
+                st = os.stat(path)
+            except OSError:
+                return False
+            if (st.st_dev, st.st_ino) != stamp:
+                return False
+        return True
 
     def ruleset(self, private_paths: tuple[str, ...]) -> int:
         """A new ruleset with every prepared rule and `private_paths` read-write."""
@@ -751,14 +759,6 @@ class _Rules:
 _SYS_ADD_RULE = ctypes.c_long(SYS_landlock_add_rule)
 _RULE_PATH_BENEATH_C = ctypes.c_int(_RULE_PATH_BENEATH)
 _ZERO = ctypes.c_uint32(0)
-
-
-def _stamp(directory: str) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(directory)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino, st.st_mtime_ns
 
 
 _rules_cache: dict[Confinement, _Rules] = {}
@@ -1015,8 +1015,11 @@ class Prepared:
     def __init__(self, c: Confinement) -> None:
         self.confinement = c
         self._ruleset = -1
+        self._rules: _Rules | None = None
+        self._etc_generation = 0
         if c.landlock_abi and (c.landlock_fs or c.landlock_net or c.landlock_scopes):
-            self._ruleset = _cached_rules(c).ruleset(c.private_paths)
+            self._rules = _cached_rules(c)
+            self._ruleset = self._rules.ruleset(c.private_paths)
         try:
             bpf = _seccomp_cache.get(c.deny_unix_sockets) if c.seccomp else None
             if c.seccomp and bpf is None:
@@ -1041,6 +1044,7 @@ class Prepared:
                 self._placeholder_root = root
                 self._covers = [(directory if is_dir else file, path)
                                 for path, is_dir in _etc_secrets.entries()]  # fmt: skip
+                self._etc_generation = _etc_secrets.generation
             self._unshare_flags = (
                 (_CLONE_NEWNET if c.new_netns and self._netns < 0 else 0)
                 | (_CLONE_NEWUSER if c.new_userns else 0)
@@ -1110,6 +1114,25 @@ class Prepared:
         if self._ruleset >= 0 and self.confinement.landlock_fs:
             # The rule names the new /proc's inode, which exists only from here on.
             _add_path_rule(self._ruleset, "/proc", _read_rights())
+
+    def still_fresh(self) -> bool:
+        """Whether what was prepared still matches the machine: no path of a Landlock
+        rule replaced, no entry of /etc created, removed or chmod'ed since (for a
+        zygote, prepared ahead of its request)."""
+        c = self.confinement
+        if self._rules is not None and _cached_rules(c) is not self._rules:
+            return False
+        if c.hide_etc_secrets:
+            _etc_secrets.entries()
+            return _etc_secrets.generation == self._etc_generation
+        return True
+
+    def grant_private_paths(self, paths: tuple[str, ...]) -> None:
+        """Add read-write rules for `paths` to this (not yet applied) ruleset: a zygote
+        learns its run's private paths only once a request comes."""
+        if self._ruleset >= 0 and self.confinement.landlock_fs:
+            for path in paths:
+                _add_path_rule(self._ruleset, path, _fs_rights(self.confinement.landlock_abi))
 
     def drop_bounding_set(self) -> None:
         if not self.confinement.drop_capabilities:
