@@ -36,8 +36,9 @@ _MAX_FD = 1 << 30
 
 class _Job:
     def __init__(self, pid: int, reply: socket.socket, kill_files: list[str],
-                 started_r: int) -> None:
+                 started_r: int, held: list[int]) -> None:
         self.pid = pid
+        self.held = held  # closed once the child is reaped
         self.reply = reply
         self.kill_files = kill_files
         # The agent's "started" pipe: end of file once the child has exec'd (and so has
@@ -46,6 +47,9 @@ class _Job:
 
     def close(self) -> None:
         self.reply.close()
+        for fd in self.held:
+            os.close(fd)
+        self.held = []
         if self.started_r >= 0:
             os.close(self.started_r)
             self.started_r = -1
@@ -167,6 +171,15 @@ def _zygote_main(sock: socket.socket, early: Any, prepared: Any) -> None:
     try:
         _die_with_spawner()
         early()
+        # The spawner keeps our mount namespace alive past our exit: tearing it down
+        # (unmounting /proc and the covers waits for an RCU grace period) would
+        # otherwise delay our exit, which the agent waits for.
+        if prepared is not None and prepared.confinement.private_proc:
+            mnt = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            _send(sock, ("ready",), [mnt])
+            os.close(mnt)
+        else:
+            _send(sock, ("ready",))
         try:
             request, fds = _recv(sock)
         except (EOFError, OSError):
@@ -283,8 +296,12 @@ def serve(fd: int, agent: int) -> None:
                     setup = request["setup"]
                     key = zygote_key(setup) if setup is not None else _NO_ZYGOTE
                     try:
+                        held: list[int] = []
+                        error: str | None = "no zygote"
                         if zygote is not None and zygote.usable_for(key):
-                            pid, error = _hand_over(zygote, request, fds)
+                            pid, error, held = _hand_over(zygote, request, fds)
+                        if error is None:
+                            assert zygote is not None
                             zygote.close()
                         else:
                             if zygote is not None:
@@ -304,7 +321,7 @@ def serve(fd: int, agent: int) -> None:
                             pass
                         reply.close()
                         continue
-                    job = _Job(pid, reply, request["kill_files"], fds[4])
+                    job = _Job(pid, reply, request["kill_files"], fds[4], held)
                     pidfd = os.pidfd_open(pid)
                     try:
                         _send(reply, ("started", pid), [pidfd])
@@ -351,10 +368,18 @@ _NO_ZYGOTE = object()
 
 
 def _hand_over(zygote: _Zygote, request: dict[str, Any], fds: list[int]
-               ) -> tuple[int, str | None]:  # fmt: skip
-    """Give the request to the zygote, which sets itself up and execs."""
+               ) -> tuple[int, str | None, list[int]]:  # fmt: skip
+    """Give the request to the zygote, which sets itself up and execs. Returns its pid
+    and the descriptors to hold until it is reaped (its mount namespace)."""
+    held: list[int] = []
     try:
+        zygote.sock.settimeout(5)
+        ready, held = _recv(zygote.sock)  # at once, unless it was made a moment ago
+        if ready != ("ready",):
+            raise OSError(f"it said {ready!r}")
         _send(zygote.sock, request, [fds[0], fds[1], fds[3], *fds[5:]])
-    except OSError as e:
-        return -1, f"the prepared child did not take the request: {e}"
-    return zygote.pid, None
+    except (OSError, EOFError) as e:
+        for fd in held:
+            os.close(fd)
+        return -1, f"the prepared child did not take the request: {e}", []
+    return zygote.pid, None, held
