@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
@@ -298,7 +299,130 @@ async def test_seccomp_denies_namespaces_and_ptrace(workspace: Path) -> None:
     assert result["stdout"].strip() == "1"
 
 
+needs_private_proc = pytest.mark.skipif(
+    not confinement.detect().has("private-proc"), reason="needs root (PID namespaces)"
+)
+
+
+@needs_private_proc
+@pytest.mark.parametrize("identity", IDENTITIES)
+async def test_processes_outside_the_command_are_invisible(workspace: Path,
+                                                           identity: str) -> None:  # fmt: skip
+    # Another command runs meanwhile, and an unrelated process of the agent's user.
+    marker = f"sleep 1000.{uuid.uuid4().int % 10**9}"
+    outsider = subprocess.Popen(["bash", "-c", f"exec -a sandbox-outsider {marker}"])
+    tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy(
+        timeout_seconds=30, drop_privileges=identity == "nobody"))  # fmt: skip
+    (workspace / "other.sh").write_text(f"exec -a sandbox-other {marker}\n")
+
+    async def other() -> None:
+        await tool.run_async(args={"command": "bash other.sh"}, tool_context=ctx())
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other)
+            await anyio.sleep(0.3)  # the other command runs
+            result = await run(
+                workspace,
+                f"cat /proc/{os.getpid()}/cmdline /proc/{outsider.pid}/cmdline; "
+                "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done; "
+                "echo self=$(readlink /proc/self)",
+                identity,
+            )
+            tg.cancel_scope.cancel()
+    finally:
+        outsider.kill()
+        outsider.wait()
+    out = result["stdout"]
+    assert "sandbox-outsider" not in out and "sandbox-other" not in out, out
+    assert "pytest" not in out and sys.executable not in out, out
+    assert result["stderr"].count("No such file or directory") == 2, result
+    # Only the command's own tree is listed: bash (pid 1), the loop's children.
+    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+    assert len(pids) > 10  # the agent sees the machine ...
+    assert out.count("bash") <= 3, out  # ... the command sees itself
+    assert "self=" in out and int(out.split("self=")[1]) < 10
+    assert result["containment"]["private-proc"].startswith("active")
+
+
+@needs_private_proc
+async def test_private_proc_keeps_every_other_layer(workspace: Path) -> None:
+    result = await run(workspace, "grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; "
+                                  "cat /proc/1/environ | tr '\\0' '\\n' | grep -c PATH=")  # fmt: skip
+    fields = dict(line.split(":\t") for line in result["stdout"].splitlines()[:3])
+    assert fields == {"CapEff": "0" * 16, "NoNewPrivs": "1", "Seccomp": "2"}, result
+    # Its own environment, through its own /proc: readable, as it would be anyway.
+    assert result["stdout"].splitlines()[-1] == "1"
+
+
 # ------------------------------------------------------------------ the filesystem
+
+
+@needs_root
+@needs_landlock
+@needs_private_proc
+async def test_a_secret_added_to_etc_while_the_agent_runs_is_covered(workspace: Path) -> None:
+    # /etc is granted whole, its entries nobody may read covered in the command's mount
+    # namespace; a new one (or one chmod'ed) must be covered from the next command on,
+    # zygote prepared before the change included.
+    await run(workspace, "true")  # the spawner and its zygote exist now
+    secret = Path(f"/etc/sandbox-test-secret-{uuid.uuid4().hex[:8]}")
+    fd = os.open(secret, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, b"TOP-SECRET\n")
+        os.close(fd)
+        result = await run(workspace, f"cat {secret}; chmod 644 {secret}; echo x >> {secret}; "
+                                      "cat /etc/hostname >/dev/null && echo etc-readable")  # fmt: skip
+        assert "TOP-SECRET" not in result["stdout"]
+        assert "etc-readable" in result["stdout"]
+        assert "Permission denied" in result["stderr"], result
+        assert secret.read_text() == "TOP-SECRET\n" and secret.stat().st_mode & 0o777 == 0o600
+        os.chmod(secret, 0o644)  # made public: readable from the next command on
+        public = await run(workspace, f"cat {secret}")
+        assert public["stdout"] == "TOP-SECRET\n", public
+        os.chmod(secret, 0o600)
+        again = await run(workspace, f"cat {secret}")
+        assert "TOP-SECRET" not in again["stdout"] and "Permission denied" in again["stderr"]
+    finally:
+        secret.unlink()
+
+
+@needs_landlock
+async def test_concurrent_commands_cannot_reach_each_others_tmpdir(workspace: Path) -> None:
+    tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy(timeout_seconds=30))
+    first: dict[str, Any] = {}
+
+    (workspace / "holder.sh").write_text(
+        'echo MINE > "$TMPDIR/f"; echo "$TMPDIR" > where; sleep 2; cat "$TMPDIR/f"\n')
+
+    async def holder() -> None:
+        first.update(await tool.run_async(args={"command": "bash holder.sh"},
+                                          tool_context=ctx()))  # fmt: skip
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(holder)
+        for _ in range(500):  # the holder has written where its TMPDIR is
+            if (workspace / "where").exists():
+                break
+            await anyio.sleep(0.02)
+        await anyio.sleep(0.05)
+        result = await run(workspace, 'd=$(cat where); cat "$d/f"; echo x > "$d/g"; ls "$d"')
+    assert "MINE" not in result["stdout"], result
+    assert result["stderr"].count("Permission denied") == 3, result
+    assert first["stdout"] == "MINE\n"
+
+
+@needs_landlock
+async def test_a_workspace_made_again_is_granted_again(workspace: Path) -> None:
+    # The prepared Landlock rules name the old directory's inode: they must be rebuilt.
+    assert (await run(workspace, "echo one > f && cat f"))["stdout"] == "one\n"
+    shutil.rmtree(workspace)
+    workspace.mkdir()
+    workspace.chmod(0o777)
+    result = await run(workspace, "echo two > f && cat f")
+    assert result["stdout"] == "two\n", result
+
+
 
 
 @needs_landlock

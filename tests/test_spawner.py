@@ -21,12 +21,14 @@ pytestmark = pytest.mark.anyio
 
 _AGENT = r"""
 import anyio, pathlib, sys
+from sandbox.bash.confinement import ConfinementRequest
 from sandbox.bash.process import run_bash, Limits
 from sandbox.bash.spawner import Spawner
 async def main():
     print(Spawner.shared().pid, flush=True)
+    # Confined as ExecuteBashTool does by default: the spawner also holds a zygote.
     await run_bash(sys.argv[2], cwd=pathlib.Path(sys.argv[1]), env={"PATH": "/usr/bin:/bin"},
-                   timeout=60, limits=Limits())
+                   timeout=60, limits=Limits(), confinement=ConfinementRequest())
 anyio.run(main)
 """
 
@@ -48,6 +50,19 @@ def _argv0(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
     except OSError:
         return ""
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(entry))
+    return found
 
 
 def _gone(pid: int) -> bool:
@@ -74,6 +89,10 @@ def test_a_killed_agent_takes_every_command_tree_with_it(how: int, tmp_path: Pat
         # Both have exec'd (a cmdline read mid-exec can come back empty).
         running = sum(_argv0(pid) in (marker, f"{marker}-main") for pid in _with_marker(marker))
     assert running == 2, "the command did not start"
+    # The spawner's children: the command, and the zygote ready for the next one.
+    deadline = time.monotonic() + 5
+    while len(children := _children(spawner_pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
     agent.send_signal(how)
     agent.wait(timeout=10)
     died_at = time.monotonic()
@@ -84,6 +103,7 @@ def test_a_killed_agent_takes_every_command_tree_with_it(how: int, tmp_path: Pat
     while not _gone(spawner_pid) and time.monotonic() - died_at < 5:
         time.sleep(0.01)
     assert _gone(spawner_pid), "the spawner outlived its agent"
+    assert all(_gone(pid) for pid in children), "a child of the spawner outlived it"
 
 
 async def test_a_spawner_killed_mid_command_is_a_clear_error_and_the_next_one_works(
