@@ -58,7 +58,8 @@ POLICY = BashToolPolicy(allowed_command_prefixes=ALLOWED, blocked_operators=())
 
 _JUNK = [*list(";|&#'\"\\$`(){}[]<>=~!*? \t\n"), "\\\n", "$'", '$"', "$(", "${", "<(", "=~", "]]", "[[", "\r", "\x0b", "#", "'\\''"]
 _SQ_POOL = [*list('ab;|&#"\\$`(){} x\n'), "\\'", "'\\''"]
-_ANSI_POOL = ["a", ";", "\\\\", "\\'", "\\x27", "\\n", "\\047", "\\c'", "\\u0027", " x", "#", "\\", "\""]
+_ANSI_POOL = ["a", ";", "\\\\", "\\'", "\\x27", "\\n", "\\047", "\\c'", "\\u0027", " x", "#", "\\", "\"",
+              "\\x{2d}", "\\x2d", "\\c?", "\\c@", "\\U0000002d", "\\E", "\\0"]
 _DQ_POOL = ["a", ";", "'", "\\\"", "\\\\", "\\$", "$x", "${x}", "#", " x", "\\`", "|"]
 
 
@@ -144,13 +145,14 @@ class _Gen:
         if r == 2:
             return "<<<" + self.word()
         if r == 3:
-            delim = self.pick(("EOF", "'EOF'", '"E"', "\\E", "E"))
-            plain = delim.strip("'\"\\")
-            body = self.pick(("hi", "$(x)", "`x`", "${x}", "a;x", "$(a)", "\\$(x)"))
-            self.heredocs.append(body + "\n" + plain)
+            delim = self.pick(("EOF", "'EOF'", '"E"', "\\E", "E", "E'x'", "'E x'", "'EOF\n'", "E\\'"))
+            plain = delim.replace("\\", "").replace("'", "").replace('"', "")
+            body = self.pick(("hi", "$(x)", "`x`", "${x}", "a;x", "$(a)", "\\$(x)", "E\\\nOF", "\tE"))
+            end = self.pick((plain, plain, plain, "\t" + plain, plain + " ", "E"))
+            self.heredocs.append(body + "\n" + end)
             return self.pick(("<<", "<<-", "<< ")) + delim
         if r == 4:
-            return "<f.txt"
+            return self.pick(("<f.txt", "<&-", ">&-", "3>&-", "{fd}>o.txt", "2<&0", "0<f.txt", ">&2", "<&- -l", "1>| o.txt"))
         if r == 5:
             return ">>o.txt"
         return "&>/dev/null"

@@ -189,6 +189,13 @@ class Grammar:
                              "\\$(x)", "$'x'"])
             plain = delim.strip("'\"").replace("\\", "").lstrip("-")
             op = "<<-" if delim.startswith("-") else "<<"
+            if r.random() < 0.3:
+                # two here-documents on one line: bash reads the bodies in operator order
+                delim2 = r.choice(["E", "'E'", '"E"', "\\E"])
+                body2 = r.choice(["$(x)", "a;x", "hi", "`x`"])
+                glue = r.choice([" | ", " && ", " ", "; "])
+                return (f"{self.simple(depth)} {op}{delim}{glue}{self.simple(depth)} <<{delim2}\n"
+                        f"{body}\n{plain}\n{body2}\nE\n")
             return f"{self.simple(depth)} {op}{delim}\n{body}\n{plain}\n"
         if k == 25:
             return f"{{ coproc {self.simple(depth)}; }}"

@@ -158,3 +158,82 @@ def test_an_escaped_blank_before_a_line_join_joins_the_words() -> None:
     decision = BashToolPolicy(allowed_command_prefixes=("ls",)).check("ls p\\ \\\na")
     assert not decision.allowed
     assert decision.rule in ("R6", "R9"), decision.reason
+
+
+# Argument-level divergences found by bench/fuzz_argv.py (stub programs record their
+# argv): bash passes different words from those `check` saw. A hidden word can carry an
+# option past a program spec, so each kind is refused.
+AB = BashToolPolicy(allowed_command_prefixes=("a", "b", "echo", "true"), blocked_operators=())
+
+
+@pytest.mark.parametrize(
+    ("command", "construct"),
+    [
+        # a here-string word with more glued on: one word for bash, two for tree-sitter
+        ("a <<<$'\\u0027'\\&", "read as two"),
+        ("( a <<<$((1<2))\\; )", "read as two"),
+        ("a <<<}f$.txt", "read as two"),
+        ('b p <<<$"$x;"\\>', "read as two"),
+        # digits glued to '<' or '>' are a file descriptor for bash
+        ("a in\\\n 2>&1", "file descriptor"),
+        ("b == 2>&1", None),
+        ("a x {fd}>f", "file descriptor"),
+        # '-' after '<&' / '>&' is a token of its own: the rest is an argument
+        ("a<& -l", "closes the descriptor"),
+        ("a >&-o", "closes the descriptor"),
+        # bash joins lines inside quotes within backquotes
+        ("a `b '\\\n&x'p`-n", "line continuation inside a backquoted"),
+    ],
+)
+def test_an_argument_bash_sees_differently_is_refused(command: str, construct: str | None) -> None:
+    decision = AB.check(command)
+    assert not decision.allowed, command
+    assert decision.rule == "R9", decision
+    if construct is not None:
+        assert construct in decision.reason, decision.reason
+
+
+@pytest.mark.parametrize(
+    ("word", "value"),
+    [
+        ("x{},y}", None),  # bash: x} xy
+        ("{},-o}", None),  # bash: } -o (a hidden option)
+        ("x{a..c}", None),
+        ("{}", "{}"),  # find's placeholder stays literal
+        ("{x}", "{x}"),
+        ("a,b}", "a,b}"),
+        ("$'\\x{2d}o'", None),  # bash's \x{HH} form
+        ("$'\\x2do'", "-o"),
+        ("$'\\c?'", "\x7f"),
+    ],
+)
+def test_word_values_follow_bash(word: str, value: str | None) -> None:
+    from sandbox.bash.parse import scan_word
+
+    assert scan_word(word).value == value
+
+
+def test_ordinary_redirections_and_fd_duplications_still_pass() -> None:
+    for command in ("a 2>&1", "a x 2>/dev/null", "a >&2", "a <&-", "a 2>&-", "a `b c`", "echo \"`b c`\""):
+        assert AB.check(command).allowed, (command, AB.check(command))
+
+
+@pytest.mark.parametrize(
+    ("command", "construct"),
+    [
+        # bash's delimiter is 'EOF<newline>': the command line goes on after it
+        ("b x <<'EOF\n' && coproc a --k=v?\n${x}\nEOF", "delimiter"),
+        # bash gives the first body ($(x), expanded) to the first operator
+        ('true <<-E | b 1 ${x#$"\' x"-l} << "E"\n$(x)\nE\na;x\nE', "another order"),
+    ],
+)
+def test_here_documents_bash_reads_differently_are_refused(command: str, construct: str) -> None:
+    decision = AB.check(command)
+    assert not decision.allowed, command
+    assert decision.rule == "R9" and construct in decision.reason, decision.reason
+
+
+def test_ordinary_here_documents_still_pass() -> None:
+    for command in ("a <<EOF\nx\nEOF", "a <<'EOF'\n$(x)\nEOF", 'a <<-"E"\n\tx\n\tE',
+                    "a <<A | b\n1\nA"):
+        assert AB.check(command).allowed, (command, AB.check(command))

@@ -155,3 +155,43 @@ def test_the_git_readonly_environment_keeps_status_from_writing_the_index() -> N
     policy = BashToolPolicy.from_toml(resolve("git-readonly"))
     assert policy.env.get("GIT_OPTIONAL_LOCKS") == "0"
     assert os.fspath(resolve("git-readonly")).endswith("git-readonly.toml")
+
+
+def test_a_planted_repository_config_runs_no_program_under_git_readonly(tmp_path: Path) -> None:
+    """A repository's .git/config names programs git would run on a read (fsmonitor
+    on status, the pager, an external diff, the signature program on
+    --show-signature): the policy's environment overrides each of them."""
+    policy = BashToolPolicy.from_toml(resolve("git-readonly"))
+    ws = _workspace(tmp_path, git=True)
+    marker = tmp_path / "planted-ran"
+    plant = tmp_path / "plant.sh"
+    plant.write_text(f"#!/bin/sh\necho \"$0 $*\" >> {marker}\ncat >/dev/null\n")
+    plant.chmod(0o755)
+    # a signed commit, so --show-signature has something to verify
+    signer = tmp_path / "sign.sh"
+    signer.write_text("#!/bin/sh\ncat >/dev/null\nprintf -- '-----BEGIN PGP SIGNATURE-----\\n"
+                      "eA==\\n-----END PGP SIGNATURE-----\\n'\necho '[GNUPG:] SIG_CREATED ' >&2\n")
+    signer.chmod(0o755)
+    git_env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "-c", f"gpg.program={signer}", "-c", "user.name=t",
+                    "-c", "user.email=t@t", "-c", "user.signingkey=t", "commit", "-qam", "two",
+                    "-S"], cwd=ws, env=git_env, check=True)
+    for key in ("core.fsmonitor", "core.pager", "diff.external", "gpg.program",
+                "gpg.ssh.program", "core.sshCommand", "core.askPass"):
+        subprocess.run(["git", "config", key, str(plant)], cwd=ws, env=git_env, check=True)
+    subprocess.run(["git", "config", "core.hooksPath", str(tmp_path)], cwd=ws, env=git_env,
+                   check=True)
+    env = {**policy.env, "HOME": str(tmp_path / "home")}
+    for command in ("git status", "git diff HEAD~1", "git log --show-signature -1",
+                    "git show --show-signature", "git log -p -1"):
+        assert policy.check(command).allowed, command
+        subprocess.run(["bash", "--norc", "--noprofile", "-c", command], cwd=ws, env=env,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=20, check=False)
+        assert not marker.exists(), (command, marker.read_text())
+    # the same commands without the policy's environment do run the planted program:
+    # the test would see an override that stopped working
+    subprocess.run(["git", "log", "--show-signature", "-1"], cwd=ws, env=git_env,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=20, check=False)
+    assert marker.exists()

@@ -73,6 +73,19 @@ _NOT_TARGET = frozenset({
     "pipeline", "list", "command", "redirected_statement", "file_redirect",
     "heredoc_redirect", "herestring_redirect", "subshell", "compound_statement",
 })  # fmt: skip
+# Nodes that are one whole word for bash where their parent lists words.
+_WORDISH = frozenset({
+    "word", "concatenation", "string", "raw_string", "ansi_c_string", "translated_string",
+    "simple_expansion", "expansion", "command_substitution", "arithmetic_expansion",
+    "number", "process_substitution", "extglob_pattern",
+})  # fmt: skip
+# Parents whose word children bash reads as separate words (tokens).
+_WORD_LISTS = frozenset({
+    "command", "command_name", "file_redirect", "herestring_redirect", "for_statement",
+    "select_statement", "declaration_command", "unset_command", "test_command",
+    "binary_expression", "unary_expression", "parenthesized_expression",
+    "case_statement", "case_item", "array", "variable_assignment",
+})  # fmt: skip
 _RESERVED = frozenset({
     "if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until",
     "do", "done", "in", "function", "time", "coproc", "{", "}", "!", "[[", "]]",
@@ -91,6 +104,7 @@ def check_agreement(root: Node, data: bytes) -> Disagreement | None:
     try:
         checker.node(root, arithmetic=False, test=False)
         checker.gap(len(data))
+        checker.heredoc_order()
     except _Found as found:
         return found.found
     except RecursionError:
@@ -102,6 +116,8 @@ class _Checker:
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.pos = 0  # end of the last byte accounted for
+        # (operator byte, body byte) of every here-document, in tree order
+        self.heredocs: list[tuple[int, int]] = []
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -135,6 +151,9 @@ class _Checker:
 
     def node(self, node: Node, *, arithmetic: bool, test: bool) -> None:
         kind = node.type
+        if (not arithmetic and kind in _WORDISH and node.parent is not None
+                and node.parent.type in _WORD_LISTS):
+            self.word_end(node, test=test)
         if node.child_count == 0:
             self.leaf(node, kind, arithmetic=arithmetic, test=test)
             return
@@ -157,6 +176,10 @@ class _Checker:
             self.fail("']]' read as a word inside [[ ]] (bash ends the test there)", node.start_byte)
         if kind in _REDIRECTS:
             self.redirect_targets(node, kind)
+        if kind == "heredoc_redirect":
+            body = next((c for c in node.children if c.type == "heredoc_body"), None)
+            if body is not None:
+                self.heredocs.append((node.start_byte, body.start_byte))
         if kind in _ONE_WORD:
             children = node.children
             for before, after in itertools.pairwise(children):
@@ -169,11 +192,83 @@ class _Checker:
         for child in node.children:
             self.node(child, arithmetic=arithmetic, test=test)
 
+    def heredoc_order(self) -> None:
+        """bash reads the bodies of the here-documents of one line in the order their
+        operators appear; tree-sitter can hand a later body to an earlier operator,
+        and then an expanding body (``$(x)``) looks like a quoted one."""
+        by_operator = sorted(self.heredocs)
+        bodies = [body for _, body in by_operator]
+        for (operator, body), following in zip(by_operator, bodies[1:], strict=False):
+            if following < body:
+                self.fail("here-document bodies in another order than their operators",
+                          operator)
+
+    def heredoc_start(self, start: int, end: int) -> None:
+        """A here-document's delimiter is one whole word for bash: its quotes close
+        inside it (``<<'EOF<newline>'`` is a delimiter with a newline in it, and
+        the command line goes on after it), and an operator or blank ends it."""
+        data = self.data
+        i = start
+        while i < end:
+            b = data[i]
+            if b == 0x5C:
+                i += 2
+                continue
+            if b in (0x27, 0x22):
+                close = _quoted_end(data, i + 1, b, end) if b == 0x22 else (
+                    data.find(b"'", i + 1, end) + 1 or -1)
+                if close <= 0:
+                    self.fail("a here-document delimiter whose quote bash ends elsewhere", i)
+                i = close
+                continue
+            if b in _META or b == 0x60 or b == 0x24:
+                self.fail("a here-document delimiter bash reads differently", i)
+            i += 1
+        if i != end or (end < len(data) and data[end] not in _META):
+            self.fail("a here-document delimiter bash reads differently", end)
+
+    def word_end(self, node: Node, *, test: bool) -> None:
+        """A whole word ends where bash ends it: at a blank, an operator or the end of
+        the input (``a <<<$'x'\\&`` is one here-string word for bash, two words for
+        tree-sitter); a word of digits just before ``<`` or ``>`` is a file descriptor
+        for bash, and ``{name}`` there names one."""
+        data = self.data
+        end = node.end_byte
+        i = end
+        while data.startswith(b"\\\n", i):
+            i += 2
+        if i >= len(data):
+            return
+        after = data[i]
+        if after in b"<>":
+            text = data[node.start_byte : end].lstrip(b" \t\n")
+            if text.isdigit() or (
+                text[:1] == b"{" and text[-1:] == b"}" and text[1:-1].replace(b"_", b"a").isalnum()
+            ):
+                self.fail(
+                    "a word glued to a redirection (bash reads it as the redirection's "
+                    "file descriptor)", node.start_byte)
+            return
+        if after in _META or (after == 0x60 and _in_backquotes(node, data)):
+            return
+        if after in b"[]" and test:
+            return  # a test's bracket or ']]' glued to a word: named where it is read
+        self.fail("one word for bash that the parser read as two (no blank between them)", end)
+
     def redirect_targets(self, node: Node, kind: str) -> None:
         """bash passes the words after a redirection's target to the command as
         arguments (``git log >/dev/null --output=x`` runs ``git log --output=x``);
         tree-sitter-bash hangs them on the redirection, out of every argv check."""
         targets = [c for c in node.named_children if c.type not in _NOT_TARGET]
+        if kind == "file_redirect" and targets:
+            op = next((c for c in node.children if not c.is_named), None)
+            text = self.data[targets[0].start_byte : targets[0].end_byte].lstrip(b" \t\n")
+            closes = op is not None and op.type in ("<&-", ">&-")
+            if closes or (op is not None and op.type in ("<&", ">&") and text[:1] == b"-"
+                          and len(text) > 1):
+                self.fail(
+                    "'-' after '<&' or '>&' closes the descriptor for bash, and the rest "
+                    "of the word is an argument", targets[0].start_byte)
         first_extra = 0 if kind == "heredoc_redirect" else 1
         if len(targets) > first_extra:
             self.fail(
@@ -225,8 +320,11 @@ class _Checker:
 
     def word(self, kind: str, start: int, end: int, *, arithmetic: bool, test: bool) -> None:
         data = self.data
-        if kind in ("heredoc_start", "heredoc_end"):
-            return  # delimiters: checked by the parse module
+        if kind == "heredoc_start":
+            self.heredoc_start(start, end)
+            return
+        if kind == "heredoc_end":
+            return  # the end line: checked by the parse module
         if test and data[start:end] == b"]]":
             self.fail("']]' read as a word inside [[ ]] (bash ends the test there)", start)
         if data[start] == 0x23 and self.word_start(start) and not arithmetic:
@@ -278,6 +376,8 @@ class _Checker:
             return
         if test and text in (b"|", b"&", b";", b"|&", b";;", b"&>", b">>", b"<<", b"<<<"):
             self.fail(f"{text.decode()!r} inside [[ ]], which bash does not accept there", start)
+        if text in (b"<&-", b">&-") and data.startswith(text, start):
+            return  # bash reads '<&' then '-': the same redirection
         if text and text[0] in _META:
             read = next((op for op in _OPERATORS if data.startswith(op, start)), b"")
             if read != text:
@@ -423,6 +523,9 @@ class _Checker:
         while i < len(data):
             b = data[i]
             if b == 0x5C:
+                if i + 1 < len(data) and data[i + 1] == 0x0A:
+                    # bash joins the lines even inside quotes within `…`
+                    self.fail("a line continuation inside a backquoted command", i)
                 i += 2
                 continue
             if b == 0x60:
@@ -430,6 +533,15 @@ class _Checker:
             i += 1
         if i + 1 != node.end_byte:
             self.fail("a backquoted command that bash ends elsewhere", start)
+
+
+def _in_backquotes(node: Node, data: bytes) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if parent.type == "command_substitution" and data[parent.start_byte] == 0x60:
+            return True
+        parent = parent.parent
+    return False
 
 
 def _starts_arith(node: Node) -> bool:

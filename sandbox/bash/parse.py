@@ -86,7 +86,9 @@ class Word(NamedTuple):
     ``value`` is the word after quote removal when bash performs no expansion on
     it, else None. ``prefix`` is the literal text bash produces before the first
     expansion (equal to ``value`` for a literal word): a word whose prefix is
-    ``src/`` cannot become an option whatever the expansion yields. ``plain`` is
+    ``src/`` cannot become an option whatever the expansion yields. A word with an
+    unquoted parameter, command or arithmetic expansion has the prefix ``""``: bash
+    splits its result into fields, and only the first starts with the literal text. ``plain`` is
     True when the word has no quoting, escaping, expansion, glob or brace at all.
     ``numeric`` is True for a word that is one arithmetic expansion (``$((n+1))``),
     which can only become an integer.
@@ -97,6 +99,7 @@ class Word(NamedTuple):
     prefix: str
     plain: bool
     numeric: bool = False
+    splits: bool = False  # an unquoted expansion: bash may split it into fields or drop it
 
     @property
     def shown(self) -> str:
@@ -252,6 +255,8 @@ def _ansi_c(text: str, i: int, out: list[str]) -> int:
                 j += 1
             decoded = chr(int(esc + text[i:j], 8) & 0xFF)
             i = j
+        elif esc == "x" and text.startswith("{", i):
+            raise _Dynamic  # bash's \x{HH…} form
         elif esc in "xuU":
             limit = {"x": 2, "u": 4, "U": 8}[esc]
             j = i
@@ -270,7 +275,9 @@ def _ansi_c(text: str, i: int, out: list[str]) -> int:
                 # bash keeps a \c just before the closing quote as the text "\c"
                 # ($'\c' is two characters), and \c\ is not worth modelling
                 raise _Dynamic
-            decoded = chr(ord(text[i]) & 0x1F)
+            if not text[i].isascii():
+                raise _Dynamic  # bash takes one byte of a multibyte character
+            decoded = "\x7f" if text[i] == "?" else chr(ord(text[i]) & 0x1F)
             i += 1
         else:
             decoded = "\\" + esc
@@ -318,24 +325,26 @@ def _double_quoted(text: str, i: int, out: list[str]) -> int:
 
 
 def _brace_expands(text: str, i: int) -> bool:
-    """Whether the unquoted ``{`` at ``i`` starts a brace expansion (``{a,b}``,
-    ``{1..3}``); ``{}`` and ``{x}`` stay literal."""
-    depth = 0
-    j = i
-    while j < len(text):
+    """Whether the unquoted ``{`` at ``i`` may start a brace expansion.
+
+    A superset of bash's rule (``brace_gobbler``): a ``,`` or ``..`` after the ``{``
+    and a ``}`` after that. bash's own matching has corners (``x{},y}`` expands to
+    ``x}`` and ``xy``: a ``}`` right after the ``{`` is text), so this does not match
+    braces by depth; ``{}`` and ``{x}`` stay literal."""
+    separator = False
+    j = i + 1
+    n = len(text)
+    while j < n:
         ch = text[j]
         if ch == "\\":
             j += 2
             continue
         if ch in "'\"":
             return True  # quoted parts inside braces: too subtle, treat as expanding
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                inner = text[i + 1 : j]
-                return "," in inner or ".." in inner
+        if ch == "," or (ch == "." and text.startswith("..", j)):
+            separator = True
+        elif ch == "}" and separator:
+            return True
         j += 1
     return False
 
@@ -421,9 +430,44 @@ def scan_word(text: str) -> Word:
                 out.append(ch)
                 i += 1
     except _Dynamic:
+        if _splits(text):
+            return Word(text, None, "", False, False, True)
         return Word(text, None, "".join(out), False)
     value = "".join(out)
     return Word(text, value, value, False)
+
+
+def _splits(text: str) -> bool:
+    """Whether the word holds an unquoted parameter, command or arithmetic expansion,
+    whose result bash splits into fields (``./$v`` with v=' -o M' is the three words
+    ``./``, ``-o``, ``M``) or drops when empty: only the first field starts with the
+    word's literal prefix."""
+    n = len(text)
+    i = 0
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+        elif ch == "'":
+            end = text.find("'", i + 1)
+            if end < 0:
+                return True
+            i = end + 1
+        elif ch == "$" and i + 1 < n and text[i + 1] == "'":
+            j = i + 2
+            while j < n and text[j] != "'":
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+        elif ch == '"' or (ch == "$" and i + 1 < n and text[i + 1] == '"'):
+            j = i + (2 if ch == "$" else 1)
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+        elif ch == "`" or (ch == "$" and i + 1 < n and text[i + 1] in _EXPANDS_AFTER_DOLLAR):
+            return True
+        else:
+            i += 1
+    return False
 
 
 # ---------------------------------------------------------------------------
@@ -1215,7 +1259,7 @@ class _Walk:
         if kind in _NUMBER or kind in _EXPRESSION:
             return
         text = self.text(node)
-        if kind in _WORD and text[:1].isdigit():
+        if kind in _WORD and _INTEGER_LITERAL.fullmatch(text):
             return
         self.find(
             "R2",
@@ -1228,6 +1272,18 @@ class _Walk:
 
     def expansion(self, node: Node, children: list[Node]) -> None:
         names = [_KIND_NAME[c.kind_id] for c in children]
+        if ":=" in names or "=" in names:
+            # ${NAME:=word} assigns NAME: decided like a loop variable (R5), so an
+            # exported name the policy set empty (GIT_CONFIG_VALUE_2="") stays as set
+            target = next((c for c in children if _KIND_NAME[c.kind_id] in
+                           ("variable_name", "subscript", "special_variable_name")), None)
+            name = self.text(target).split("[", 1)[0] if target is not None else "?"
+            assignment = Assignment(name, f"{name}=")
+            self.assignments.append(assignment)
+            self.commands.append(
+                SimpleCommand("loop", (), (assignment,), self.text(node),
+                              self.offset(node.start_byte))
+            )
         if len(names) > 1 and names[1] == "!":
             self.find(
                 "R2",
@@ -1278,6 +1334,10 @@ class _Walk:
         self.redirects.append(
             Redirect(operator, words[0] if words else None, self.offset(node.start_byte))
         )
+
+
+# An integer as bash's arithmetic reads it, with no name in it (``0+v`` evaluates v).
+_INTEGER_LITERAL = re.compile(r"[0-9]+|0[xX][0-9a-fA-F]+")
 
 
 def _odd_backslashes(data: bytes, end: int) -> bool:

@@ -899,11 +899,12 @@ class BashToolPolicy:
             if (_LOOP_NAME.match(name) and name not in self.env and name not in self.inherit_env
                     and name not in _READ_LOWERCASE):
                 return ()  # a shell variable no program and no part of bash reads
+            what = ("the loop variable " + repr(name) + " is assigned on every iteration"
+                    if not text.startswith("${") else f"{text!r} assigns {name!r}")
             return _Blocked(
                 "R5",
-                f"the loop variable {name!r} is assigned on every iteration, and bash or the "
-                "programs it runs read that name; use a lower-case name of your own "
-                "(for f in …)",
+                f"{what}, and bash or the programs it runs read that name; use a lower-case "
+                "name of your own (for f in …)",
                 text,
                 name,
             )
@@ -1088,21 +1089,26 @@ class BashToolPolicy:
                 and (target.value.isdigit() or target.value == "-")
             ):
                 continue  # duplicating or closing a descriptor
-            checked = target.prefix if target.value is None else target.value
+            if redirect.operator == "<<<":
+                continue  # a here-string: text, not a file
+            if target.value is None:
+                return _Blocked(
+                    "R7",
+                    f"the redirection target {_q(target.text)} is expanded by bash (a "
+                    "variable, glob or substitution), so it cannot be checked against "
+                    + ", ".join(r.label for r in redirect_rules)
+                    + ". Write the target as a literal path.",
+                    None,
+                    target.text,
+                )
+            checked = target.value
             for rule in redirect_rules:
-                if (target.value is None and not checked) or rule.search(checked):
-                    expands = target.value is None
+                if rule.search(checked):
                     return _Blocked(
                         "R7",
-                        f"the redirection target {_q(target.text)} "
-                        + (
-                            "starts with an expansion, so it cannot be checked against "
-                            + ", ".join(r.label for r in redirect_rules)
-                            if expands and not checked
-                            else f"matches {rule.label}: {rule.why}"
-                        )
-                        + ". Write the target as a literal path (not /dev/tcp, .git/ or a "
-                        "shell start-up file).",
+                        f"the redirection target {_q(target.text)} matches {rule.label}: "
+                        f"{rule.why}. Write the target as a literal path (not /dev/tcp, "
+                        ".git/ or a shell start-up file).",
                         None,
                         target.text,
                     )

@@ -234,9 +234,17 @@ def _check(spec: ProgramSpec, words: Sequence[Word], i: int,
                 operands.append(word)
                 i += 1
                 continue
+            if word.splits:
+                return SpecViolation(spec.name, word.text,
+                                     f"{word.text!r} is an unquoted expansion: bash splits its "
+                                     "result into words (options among them) or drops it when "
+                                     f"empty, which the {spec.name!r} spec cannot check; quote "
+                                     f"it (\"{word.text}\") or put '--' before the operands")
+            glob = f"start it with './' ('./{word.text}'), " if word.text[:1] in "*?[" else ""
             return SpecViolation(spec.name, word.text,
                                  f"{word.text!r} is expanded by bash and could spell an option "
-                                 f"that the {spec.name!r} spec does not allow; write it literally")
+                                 f"that the {spec.name!r} spec does not allow; write it literally, "
+                                 f"{glob}or put '--' before the operands")
         if options_done or value is None or not value.startswith("-") or value == "-":
             if spec.subcommands and not operands and not options_done:
                 sub = f"{spec.name} {value}" if value is not None else None
@@ -264,6 +272,13 @@ def _check(spec: ProgramSpec, words: Sequence[Word], i: int,
         return SpecViolation(spec.name, spec.name,
                              f"{spec.name!r} needs one of its subcommands: "
                              + ", ".join(s.split()[-1] for s in spec.subcommands))
+    if spec.operands is not None:
+        many = next((w for w in operands if w.value is None and not w.numeric), None)
+        if many is not None:
+            return SpecViolation(spec.name, many.text,
+                                 f"{many.text!r} is expanded by bash and may become several "
+                                 f"operands, and the {spec.name!r} spec allows at most "
+                                 f"{spec.operands}; write the operands literally")
     if spec.operands is not None and len(operands) > spec.operands:
         extra = operands[spec.operands]
         limit = "no operands" if spec.operands == 0 else f"at most {spec.operands} operand(s)"
@@ -313,6 +328,12 @@ def _option(spec: ProgramSpec, words: Sequence[Word], i: int,
             return 1, None
         if nxt is None:
             return 0, SpecViolation(spec.name, value, f"{option} needs a value")
+        if nxt.splits:
+            return 0, SpecViolation(spec.name, nxt.text,
+                                    f"the value of {option}, {nxt.text!r}, is an unquoted "
+                                    "expansion: bash splits it into several words, or drops it "
+                                    "when empty, and the words after it shift; quote it "
+                                    f"(\"{nxt.text}\")")
         if option in spec.script_options:
             if nxt.value is None:
                 return 0, SpecViolation(spec.name, nxt.text,

@@ -1,0 +1,91 @@
+"""What bash does with values, found by attacking the policy (review round 3).
+
+Each case is allowed by a naive reading of the tree: the words look harmless, but bash
+evaluates a value as arithmetic (running a subscript's command substitution), splits an
+unquoted expansion into several words (options among them) or drops it, assigns through
+``${NAME:=…}``, or expands a redirection target past the rules' literal prefix. The
+effect tests run bash itself to show the command does what the refusal says.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sandbox import BashToolPolicy
+from sandbox.policies import resolve
+
+READONLY = BashToolPolicy.from_toml(resolve("readonly"))
+GIT_READONLY = BashToolPolicy.from_toml(resolve("git-readonly"))
+PYTHON_DEV = BashToolPolicy.from_toml(resolve("python-dev"))
+TEST = BashToolPolicy(allowed_command_prefixes=("[",))
+
+
+@pytest.mark.parametrize(
+    ("policy", "command", "rule"),
+    [
+        # arithmetic on a variable holding 'a[$(id)]' runs id
+        (READONLY, "[[ 'a[$(id)]' =~ .* ]]; [[ 1 -eq 0+BASH_REMATCH ]]; ls", "R2"),
+        (GIT_READONLY, "[[ 'a[$(id)]' =~ .* ]]; [[ 1 -eq 0+BASH_REMATCH ]]; git status", "R2"),
+        (PYTHON_DEV, "[[ 'a[$(id)]' =~ .* ]]; [[ 1 -eq 0+BASH_REMATCH ]]; ls", "R2"),
+        (READONLY, "echo 'a[$(id)]'; [[ 0+_ -lt 1 ]]", "R2"),
+        (READONLY, "[[ 'a[$(id)]' =~ .* ]]; [[ 1 -eq 1?BASH_REMATCH:0 ]]", "R2"),
+        (READONLY, "for v in 'a[$(id)]'; do cat ./${x[0+v]}; done", None),
+        # an unquoted expansion splits into options
+        (READONLY, "[[ ' -exec touch M ;' =~ .* ]]; find .$BASH_REMATCH", "R7"),
+        (READONLY, "[[ ' --pre=./f.txt' =~ .* ]]; rg hello$BASH_REMATCH", "R7"),
+        (READONLY, "for v in ' -o M'; do sort f.txt$v; done", "R7"),
+        (READONLY, "for v in 'f.txt M'; do uniq -- $v; done", "R7"),
+        (READONLY, "uniq ./*.txt", "R7"),
+        (GIT_READONLY, "for v in ' --output=M'; do git log HEAD$v; done", "R7"),
+        (GIT_READONLY, "for v in ' --no-list -D b2'; do git branch --list --sort refname$v; done",
+         "R7"),
+        (GIT_READONLY, "[[ ' --no-get core.zzz yes' =~ .* ]]; git config --get --type bool"
+                       "$BASH_REMATCH", "R7"),
+        (PYTHON_DEV, "for v in ' -o -v a[$(id)]'; do [ x$v ]; done", "R7"),
+        (TEST, "for v in ' -o -v a[$(id)]'; do [ x$v ]; done", "R7"),
+        # an empty unquoted value vanishes and the next word takes its slot
+        (READONLY, "grep -e $nothing -e --include=x -r hello .", "R7"),
+        # ${NAME:=…} assigns a name the policy exported empty
+        (GIT_READONLY, "[[ ${GIT_CONFIG_VALUE_2:='touch M; exit 0;'} ]]; git log -p", "R5"),
+        (READONLY, "ls ${PATH=x}", None),
+        # redirection targets that bash expands past the rules' literal prefix
+        (READONLY, "cat < /dev/t${x:-cp}/127.0.0.1/80", "R7"),
+        (PYTHON_DEV, "echo '[zz]' >> .gi?/config", "R7"),
+        (PYTHON_DEV, "echo x >> ./.bash[r]c", "R7"),
+    ],
+)
+def test_a_value_bash_evaluates_splits_or_assigns_is_refused(
+    policy: BashToolPolicy, command: str, rule: str | None
+) -> None:
+    decision = policy.check(command)
+    assert not decision.allowed, command
+    if rule is not None:
+        assert decision.rule == rule, decision
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        'grep -e "$x" f.txt', 'cat "./$f"', "cat ./*.py", "ls -- $d", "[[ 1 -eq 2 ]]",
+        "[[ 0x1f -gt 3 ]]", "grep -e \"${x:-default}\" f.txt", "cat -- \"${x[1]}\"", "cat < f.txt",
+        "echo hi > out.txt", "wc -l <<< \"$x\"",
+    ],
+)
+def test_quoted_and_literal_forms_still_pass(command: str) -> None:
+    policy = BashToolPolicy(allowed_command_prefixes=("grep", "cat", "ls", "echo", "wc"),
+                            program_specs="builtin")
+    assert policy.check(command).allowed, policy.check(command)
+
+
+def test_bash_really_splits_and_evaluates(tmp_path: Path) -> None:
+    """The mechanisms the refusals name, shown on bash itself (no policy)."""
+    marker = tmp_path / "ran"
+    script = (f"[[ 'a[$(touch {marker})]' =~ .* ]]; [[ 1 -eq 0+BASH_REMATCH ]]; "
+              "for v in ' -n'; do printf '%s|' x$v; done")
+    out = subprocess.run(["bash", "--norc", "-c", script], capture_output=True, text=True,
+                         timeout=10, check=False)
+    assert marker.exists()  # the arithmetic ran the substitution
+    assert out.stdout == "x|-n|"  # one word became two, the second an option
