@@ -102,7 +102,7 @@ def main() -> None:
             drop_capabilities=False, landlock_abi=abi, landlock_fs=True,
             read_paths=(*full.read_paths, "/proc"), write_paths=full.write_paths,
             private_paths=full.private_paths, device_paths=full.device_paths)),
-        ("landlock fs (/etc piece by piece, ~170 rules)", Confinement(
+        ("landlock fs (/etc piecewise, ~170 rules)", Confinement(
             drop_capabilities=False, landlock_abi=abi, landlock_fs=True,
             read_paths=(*[p for p in full.read_paths if p != "/etc"], "/proc",
                         *confinement_module._etc_rules()),
