@@ -683,6 +683,24 @@ async def test_unix_sockets_outside_are_unreachable_unless_network_host(workspac
         shutil.rmtree(sockdir, ignore_errors=True)
 
 
+@pytest.mark.skipif(shutil.which("python3") is None, reason="needs python3 on PATH")
+async def test_commands_sharing_the_empty_network_cannot_message_each_other(
+    workspace: Path,
+) -> None:
+    # The commands of one agent share one empty network namespace; NETLINK_USERSOCK is
+    # the netlink protocol unprivileged processes can message each other on.
+    (workspace / "nl.py").write_text(
+        "import socket\n"
+        "for proto in (2, 0):  # NETLINK_USERSOCK, NETLINK_ROUTE\n"
+        "    try: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, proto).close(); "
+        "print(proto, 'ok')\n"
+        "    except OSError as e: print(proto, e.errno)\n")  # fmt: skip
+    result = await run(workspace, "python3 nl.py")
+    assert result["stdout"] == "2 1\n0 ok\n", result  # EPERM; routing info still works
+    host = await run(workspace, "python3 nl.py", network="host")
+    assert host["stdout"] == "2 ok\n0 ok\n", host
+
+
 @needs_landlock
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 async def test_an_unreachable_home_becomes_the_private_tmpdir(workspace: Path) -> None:

@@ -440,7 +440,8 @@ def plan(
     else:
         say("landlock-scopes", False, kernel.missing["landlock-scopes"])
     if confinement.seccomp:
-        unix = ", and unix sockets (socketpair excepted)" if confinement.deny_unix_sockets else ""
+        unix = (", unix sockets (socketpair excepted) and NETLINK_USERSOCK"
+                if confinement.deny_unix_sockets else "")  # fmt: skip
         say("seccomp", True, f"{len(DENIED_SYSCALLS)} syscalls (ptrace, mount, bpf, "
             f"kexec, keyctl, modules, namespaces, clock, ...){unix} fail with EPERM")  # fmt: skip
     else:
@@ -842,6 +843,8 @@ _SYS_CLONE3 = 435
 _SYS_IOCTL = 16
 _SYS_SOCKET = 41
 _AF_UNIX = 1
+_AF_NETLINK = 16
+_NETLINK_USERSOCK = 2
 # clone() flags that create namespaces; clone3 passes its flags in memory that a filter
 # cannot read, so it fails with ENOSYS and the C library falls back to clone().
 _CLONE_NAMESPACES = (0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
@@ -859,7 +862,10 @@ def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
     deny_unix_sockets: `socket(AF_UNIX, ...)` fails too. Landlock does not govern
     `connect` on a pathname unix socket, and a network namespace does not isolate them,
     so without this a root command could talk to any root-owned daemon socket it can
-    name (/run/docker.sock). `socketpair` stays allowed.
+    name (/run/docker.sock). `socketpair` stays allowed. It also makes
+    `socket(AF_NETLINK, ..., NETLINK_USERSOCK)` fail: the one netlink protocol on which
+    unprivileged processes message each other, and commands of one agent share its
+    empty network namespace.
     """
     deny_eperm = _RET_ERRNO | errno.EPERM
     # (code, jt-label, jf-label, k); labels are resolved to relative offsets below.
@@ -890,7 +896,10 @@ def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
     labels["socket"] = len(prog)
     prog += [
         (_BPF_LD_W_ABS, 0, 0, 16),  # args[0]: the address family
-        (_BPF_JEQ, "deny", "allow", _AF_UNIX),
+        (_BPF_JEQ, "deny", 0, _AF_UNIX),
+        (_BPF_JEQ, 0, "allow", _AF_NETLINK),
+        (_BPF_LD_W_ABS, 0, 0, 32),  # args[2]: the protocol
+        (_BPF_JEQ, "deny", "allow", _NETLINK_USERSOCK),
     ]
     # BPF jumps only forward: the verdicts come last.
     labels["allow"] = len(prog)
