@@ -754,7 +754,10 @@ def detect_protections() -> dict[str, Any]:
     report["confinement"] = confinement
     landlock = confined.has("landlock-fs")
     report["agent_environment_readable_by_command"] = (
-        "no: Landlock forbids ptrace access (and so /proc/<pid>/environ) outside the "
+        "no: the command has a PID namespace and a /proc of its own, where the agent "
+        "does not exist (and Landlock forbids ptrace access outside its domain)"
+        if landlock and confined.has("private-proc")
+        else "no: Landlock forbids ptrace access (and so /proc/<pid>/environ) outside the "
         "command's domain"
         if landlock
         else "yes via /proc/<agent pid>/environ, unless drop_privileges=True"
