@@ -97,7 +97,7 @@ class _Gen:
         if r == 8:
             return '$"' + "".join(self.pick(_DQ_POOL) for _ in range(rng.randrange(3))) + '"'
         if r == 9:
-            return "\\" + self.pick(list(";|&#'\"$ a\\(){}<>"))
+            return "\\" + self.pick([*list(";|&#'\"$ a\\(){}<>"), "\"'\\\"", "`"])
         if r == 10:
             return self.pick(("$x", "${x}", "${#x}", "${x:-w}", "${x#a}", "${x/a/b}", "$1", "$@", "${x:-$(", "${arr[1]}"))
         if r == 11 and deep:
@@ -260,7 +260,9 @@ def explained(argv: list[str], allowed: list[tuple[str, tuple[str | None, ...]]]
 # ---------------------------------------------------------------------------
 # The oracle
 
-_STUB = '#!/bin/sh\nprintf \'%s\\037\' "$FZ_RS$FZ_CASE" "${0##*/}" "$@" >> "$FZ_LOG"\n'
+# One record per run, NUL-separated (an argument can hold any byte but NUL): the case
+# number, the argument count, the program name, the arguments; one printf, one write.
+_STUB = '#!/bin/sh\nprintf \'%s\\000\' "$FZ_CASE" "$#" "${0##*/}" "$@" >> "$FZ_LOG"\n'
 
 
 class Oracle:
@@ -287,7 +289,6 @@ class Oracle:
         return {
             "PATH": str(self.bin),
             "FZ_LOG": str(self.log),
-            "FZ_RS": "\x1e",
             "FZ_CASE": case,
             "HOME": str(self.work),
             "LC_ALL": "C.UTF-8",
@@ -336,14 +337,16 @@ class Oracle:
 
     def _read(self) -> dict[int, list[list[str]]]:
         runs: dict[int, list[list[str]]] = {}
-        raw = self.log.read_bytes().decode("utf-8", "surrogateescape")
-        for record in raw.split("\x1e")[1:]:
-            fields = record.split("\x1f")
-            if fields and fields[-1] == "":
-                fields.pop()
-            if len(fields) < 2 or not fields[0].isdigit():
+        fields = self.log.read_bytes().decode("utf-8", "surrogateescape").split("\0")
+        i = 0
+        while i + 2 < len(fields):
+            case, count = fields[i], fields[i + 1]
+            if not case.isdigit() or not count.isdigit():
+                i += 1  # a torn record: resynchronise on the next one
                 continue
-            runs.setdefault(int(fields[0]), []).append(fields[1:])
+            n = int(count)
+            runs.setdefault(int(case), []).append(fields[i + 2 : i + 3 + n])
+            i += 3 + n
         return runs
 
 

@@ -24,8 +24,9 @@ if os.environ.get("CI"):
 
 #: Backends a store test runs on. "memory": `MemoryApprovalStore` (what `ApprovalStore()`
 #: and a `ToolRunner` without a store use); "sqlite-memory": `ApprovalStore(":memory:")`;
-#: "sqlite-file": `ApprovalStore(path)`.
-STORE_BACKENDS = ("memory", "sqlite-memory", "sqlite-file")
+#: "sqlite-file": `ApprovalStore(path)`; "postgresql": `ApprovalStore("postgresql://...")`
+#: on the run's throwaway cluster (a new schema per store).
+STORE_BACKENDS = ("memory", "sqlite-memory", "sqlite-file", "postgresql")
 
 
 @pytest.fixture
@@ -55,6 +56,44 @@ def store_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     return str(request.param)
 
 
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Any]:
+    """One throwaway PostgreSQL cluster for the whole run (tests/pgcluster.py): initdb as
+    an unprivileged user in a temporary directory, a unix socket only, stopped at the
+    end whatever happened."""
+    from .pgcluster import Cluster
+
+    cluster = Cluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+def fresh_pg_url(request: pytest.FixtureRequest) -> str:
+    """A ``postgresql://`` URL of a new, empty schema on the run's cluster (started on
+    first use: tests that never name PostgreSQL never start it)."""
+    cluster = request.getfixturevalue("pg_cluster")
+    if not cluster.running:  # a restart test that failed half-way
+        cluster.start()
+    return str(cluster.fresh_url())
+
+
+@pytest.fixture
+def pg_url(request: pytest.FixtureRequest) -> str:
+    return fresh_pg_url(request)
+
+
+@pytest.fixture(params=("sqlite-file", "postgresql"))
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store that several processes share, named as a program is told it: a SQLite
+    file path, or a ``postgresql://`` URL (a new schema on the run's cluster)."""
+    if request.param == "postgresql":
+        return fresh_pg_url(request)
+    return str(tmp_path / "a.db")
+
+
 @pytest.fixture(params=STORE_BACKENDS)
 def make_store(request: pytest.FixtureRequest,
                tmp_path: Path) -> Iterator[Callable[..., ApprovalStore]]:
@@ -66,6 +105,8 @@ def make_store(request: pytest.FixtureRequest,
             store: ApprovalStore = MemoryApprovalStore(**kwargs)
         elif request.param == "sqlite-memory":
             store = ApprovalStore(":memory:", **kwargs)
+        elif request.param == "postgresql":
+            store = ApprovalStore(fresh_pg_url(request), **kwargs)
         else:
             store = ApprovalStore(tmp_path / f"approvals-{len(opened)}.db", **kwargs)
         opened.append(store)

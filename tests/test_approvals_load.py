@@ -31,3 +31,26 @@ def test_every_call_runs_exactly_once_when_the_server_is_killed_mid_way() -> Non
     assert report["unexpected_lines"] == 0
     assert report["call_statuses"] == {"done": 1000}
     assert report["ok"] and proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_on_postgresql_a_killed_worker_is_in_doubt_and_a_restart_loses_nothing() -> None:
+    """8 workers with their own host ids, 2 page servers; worker 0 SIGKILLed mid-call
+    (swept in_doubt from another host, its calls made again by a replacement), the
+    PostgreSQL server crash-restarted half-way."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--pg-cluster", "--requests", "400", "--workers", "8",
+         "--servers", "2", "--kill-worker", "--restart-db", "--timeout", "240", "--json"],
+        capture_output=True, text=True, timeout=290,
+    )
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["store"] == "postgresql" and report["servers"] == 2
+    assert report["worker_killed"] and report["db_restarted"]
+    doomed = "w0-1000000000"
+    assert report["swept_in_doubt"] == [doomed] and report["in_doubt"] == [doomed]
+    assert report["ran_twice_or_more"] == 0 and report["unexpected_lines"] == 0
+    assert report["ran_once"] == 401 and report["never_ran"] == 0  # the doomed call ran once
+    assert report["not_done_states"] == {"in_doubt": 1}
+    assert report["ok"] and proc.returncode == 0, proc.stderr[-2000:]

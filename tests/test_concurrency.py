@@ -80,9 +80,10 @@ def test_threads_approving_the_same_request_on_an_in_memory_store_run_the_tool_o
 
 
 def test_separate_runners_on_one_store_file_approving_at_once_run_the_tool_once(
+    shared_store: str,
     effect: SideEffect, tmp_path: Path
 ) -> None:
-    db = str(tmp_path / "a.db")
+    db = shared_store
     parked = ToolRunner([append_tool(effect)], store_path=db).call_sync("append", {"text": "a"})
     runners = [ToolRunner([append_tool(effect)], store=ApprovalStore(db)) for _ in range(N)]
 
@@ -142,9 +143,10 @@ def test_threads_deciding_one_request_in_the_store_decide_it_once(
 
 
 def test_processes_approving_the_same_request_run_the_tool_once(
+    shared_store: str,
     effect: SideEffect, tmp_path: Path, processes: Processes
 ) -> None:
-    db = str(tmp_path / "a.db")
+    db = shared_store
     parked = ToolRunner([append_tool(effect)], store_path=db).call_sync("append", {"text": "a"})
     go = tmp_path / "go"
     procs = [processes.start("gate_process.py", db, str(effect.path), "resume",

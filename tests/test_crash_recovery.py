@@ -61,9 +61,10 @@ def start_and_kill(processes: Processes, db: str, effect: SideEffect, tmp_path: 
 
 
 async def test_a_call_killed_between_started_and_done_is_reported_in_doubt(
+    shared_store: str,
     effect: SideEffect, tmp_path: Path, processes: Processes
 ) -> None:
-    db = str(tmp_path / "a.db")
+    db = shared_store
     start_and_kill(processes, db, effect, tmp_path)
 
     with ApprovalStore(db) as store:
@@ -76,9 +77,10 @@ async def test_a_call_killed_between_started_and_done_is_reported_in_doubt(
 
 
 async def test_a_restarted_runner_reports_the_call_in_doubt_and_never_reruns_it(
+    shared_store: str,
     effect: SideEffect, tmp_path: Path, processes: Processes
 ) -> None:
-    db = str(tmp_path / "a.db")
+    db = shared_store
     start_and_kill(processes, db, effect, tmp_path)
 
     runner = ToolRunner([slow_append_tool(effect)], store_path=db)
@@ -92,9 +94,10 @@ async def test_a_restarted_runner_reports_the_call_in_doubt_and_never_reruns_it(
 
 
 async def test_a_killed_process_not_yet_reaped_by_its_parent_counts_as_dead(
+    shared_store: str,
     effect: SideEffect, tmp_path: Path, processes: Processes
 ) -> None:
-    db = str(tmp_path / "a.db")
+    db = shared_store
     proc = start_and_kill(processes, db, effect, tmp_path, reap=False)
     wait_until_zombie(proc.pid)
 
@@ -106,9 +109,10 @@ async def test_a_killed_process_not_yet_reaped_by_its_parent_counts_as_dead(
 
 
 async def test_a_call_still_running_in_a_live_process_is_not_in_doubt(
+    shared_store: str,
     effect: SideEffect, tmp_path: Path, processes: Processes
 ) -> None:
-    db = str(tmp_path / "a.db")
+    db = shared_store
     start_hanging_call(processes, db, effect, tmp_path)
 
     runner = ToolRunner([slow_append_tool(effect)], store_path=db)
@@ -128,9 +132,10 @@ def append_tool(effect: SideEffect) -> FunctionTool:
 
 
 async def test_a_call_whose_process_died_before_it_started_runs_when_made_again(
+    shared_store: str,
     effect: SideEffect, tmp_path: Path, processes: Processes
 ) -> None:
-    db = str(tmp_path / "a.db")
+    db = shared_store
     processes.run("gate_process.py", db, str(effect.path), "open", "c1", "a")
 
     runner = ToolRunner([append_tool(effect)], store_path=db, provider=AutoApprove())
@@ -142,9 +147,10 @@ async def test_a_call_whose_process_died_before_it_started_runs_when_made_again(
 
 
 async def test_a_call_whose_process_died_before_it_started_keeps_its_arguments(
+    shared_store: str,
     effect: SideEffect, tmp_path: Path, processes: Processes
 ) -> None:
-    db = str(tmp_path / "a.db")
+    db = shared_store
     processes.run("gate_process.py", db, str(effect.path), "open", "c1", "a")
 
     runner = ToolRunner([append_tool(effect)], store_path=db, provider=AutoApprove())

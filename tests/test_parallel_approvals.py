@@ -31,8 +31,9 @@ async def wait_for_pending(store: ApprovalStore, n: int) -> dict[str, str]:
 
 
 async def test_parallel_requests_are_answered_independently_from_every_channel(
+    shared_store: str,
         tmp_path: Path) -> None:
-    db = tmp_path / "approvals.db"
+    db = shared_store
     ran: list[str] = []
 
     def wipe(database: str) -> dict[str, Any]:
@@ -91,8 +92,8 @@ async def test_parallel_requests_are_answered_independently_from_every_channel(
     assert channels["web-approve"]["decided_by"] == "dave (web api)"  # type: ignore[index]
 
 
-async def test_deferred_parallel_calls_are_applied_in_any_order(tmp_path: Path) -> None:
-    db = tmp_path / "approvals.db"
+async def test_deferred_parallel_calls_are_applied_in_any_order(shared_store: str, tmp_path: Path) -> None:
+    db = shared_store
     ran: list[str] = []
     runner = ToolRunner([FunctionTool(lambda database: ran.append(database) or {"ok": database},
                                       name="wipe", require_confirmation=True)],

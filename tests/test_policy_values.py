@@ -89,3 +89,72 @@ def test_bash_really_splits_and_evaluates(tmp_path: Path) -> None:
                          timeout=10, check=False)
     assert marker.exists()  # the arithmetic ran the substitution
     assert out.stdout == "x|-n|"  # one word became two, the second an option
+
+
+# Review round 3, second adversary.
+AB = BashToolPolicy(allowed_command_prefixes=("a", "b"))
+BRACKET = BashToolPolicy(allowed_command_prefixes=("[", "test"))
+
+
+@pytest.mark.parametrize(
+    ("policy", "command"),
+    [
+        # inside `…` within "…", bash turns \" into ": the single-quoted word tree-sitter
+        # read is not one, and '; x ;' runs
+        (READONLY, 'echo ./"`echo \\"\'\\" ; touch /tmp/PWN ; echo \\"\'\\"`"'),
+        (GIT_READONLY, 'git log -- ./"`git log \\"\'\\" ; touch /tmp/PWN ; git log \\"\'\\"`"'),
+        (AB, 'a "`b \\"\'\\" ; x ; \\"\'\\"`"'),
+        # test's -v after '!' or '-a' evaluates the subscript
+        (PYTHON_DEV, "[ ! -v 'a[$(rm -f victim.txt; id >&2)]' ]"),
+        (BRACKET, "[ x -a -v 'a[$(id)]' ]"),
+        (BRACKET, "[ -n 1 -a -v 'a[$(id)]' ]"),
+        (BRACKET, "[ -f $f ]"),  # f='x -a -v a[$(id)]' makes five arguments
+        (BRACKET, '[ "$a" "$b" c ]'),
+        # "${a[@]}" is one word per element: only the first has the literal prefix
+        (READONLY, "for re in '(\\.)(-exec)(id)(;)'; do [[ '.-execid;' =~ $re ]] && "
+                   'find ./"${BASH_REMATCH[@]:1}"; done'),
+        (GIT_READONLY, "for re in '()(--output=/tmp/PWN)'; do [[ '--output=/tmp/PWN' =~ $re ]] "
+                       '&& git log HEAD"${BASH_REMATCH[@]:1}"; done'),
+        (READONLY, 'tree ./"${BASH_REMATCH[@]:1}"'),
+        # a value slot filled by a word that becomes several
+        (READONLY, "uniq -f {0,f.txt,/tmp/uniqout}"),
+        (READONLY, "tree -L {1,-o,/tmp/x}"),
+        (READONLY, "date -d {now,-s,2020-01-01}"),
+        (READONLY, "tail -n {1,-f} f.txt"),
+        (READONLY, 'uniq -f "${BASH_VERSINFO[@]}"'),
+    ],
+)
+def test_round_three_findings_are_refused(policy: BashToolPolicy, command: str) -> None:
+    decision = policy.check(command)
+    assert not decision.allowed, command
+
+
+@pytest.mark.parametrize(
+    "command",
+    ['[ "$a" = b ]', '[ -n "$a" ]', '[ -f "$f" ]', '[ "$a" ]', "test -f \"$x\"", "[ ! -f x ]",
+     "[ -f x -a -d y ]"],
+)
+def test_ordinary_tests_of_quoted_values_still_pass(command: str) -> None:
+    assert BRACKET.check(command).allowed, BRACKET.check(command)
+
+
+def test_bash_reads_a_backslash_quote_in_backquotes_in_double_quotes_as_a_quote(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "ran"
+    command = f'echo "`echo \\"\'\\" ; touch {marker} ; echo \\"\'\\"`"'
+    subprocess.run(["bash", "--norc", "-c", command], capture_output=True, timeout=10,
+                   check=False)
+    assert marker.exists()
+
+
+def test_reading_a_file_through_a_substitution_is_decided_as_cat() -> None:
+    """bash's "$(< file)" prints the file as "$(cat file)" does: it needs cat allowed,
+    and asks where cat asks (readonly prints file contents only after a human agrees)."""
+    echo_only = BashToolPolicy(allowed_command_prefixes=("echo",))
+    assert not echo_only.check('echo "$(< /etc/shadow)"').allowed
+    assert "'cat'" in echo_only.check('echo "$(< /etc/shadow)"').reason
+    assert READONLY.check('echo -- "$(< /etc/shadow)"').allowed
+    assert READONLY.needs_confirmation('echo -- "$(< /etc/shadow)"')
+    assert READONLY.needs_confirmation("echo -- `< /etc/shadow`")
+    assert not READONLY.needs_confirmation("echo -- hi")

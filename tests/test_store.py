@@ -357,7 +357,7 @@ async def test_a_version_1_store_file_is_migrated_and_its_pending_requests_still
     assert await later.resume(parked["confirmation_id"], True) == {"written": "a"}
     assert states(later, "c1") == ["new", "awaiting", "approved", "started", "done"]
     with sqlite3.connect(db) as raw:
-        assert raw.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("2",)
+        assert raw.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("3",)
 
 
 def test_without_update_returning_sqlite_behaves_the_same(

@@ -28,17 +28,23 @@ from sandbox.approval.store import (
 )
 from sandbox.approval.store.states import ENDINGS, TERMINAL, TRANSITIONS, allowed, sources
 
+from .conftest import fresh_pg_url
+
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 Make = Callable[..., ApprovalStore]
 
 
-@pytest.fixture(params=("memory", "sqlite-file"))
+@pytest.fixture(params=("memory", "sqlite-file", "postgresql"))
 def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Make]:
     opened: list[ApprovalStore] = []
 
     def build(**options: Any) -> ApprovalStore:
-        ref = None if request.param == "memory" else tmp_path / f"s{len(opened)}.db"
+        ref: str | Path | None = None
+        if request.param == "sqlite-file":
+            ref = tmp_path / f"s{len(opened)}.db"
+        elif request.param == "postgresql":
+            ref = fresh_pg_url(request)
         store = open_store(ref, **options)
         opened.append(store)
         return store
@@ -209,8 +215,9 @@ async def test_a_rewritten_audit_log_tail_is_detected_with_the_store(tmp_path: P
     assert not result.ok and result.problem is not None and "rewritten" in result.problem
 
 
-def test_sandbox_audit_verify_with_store_reports_the_cut(tmp_path: Path) -> None:
-    db = tmp_path / "approvals.db"
+def test_sandbox_audit_verify_with_store_reports_the_cut(tmp_path: Path,
+                                                        shared_store: str) -> None:
+    db = shared_store  # a SQLite file, or a postgresql:// URL
     log = tmp_path / "audit.jsonl"
     runner = ToolRunner([gated(tmp_path)], store_path=str(db), audit_path=str(log))
     runner.call_sync("note", {"text": "a"})

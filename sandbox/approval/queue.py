@@ -2,9 +2,13 @@
 
 The process that holds the tool asks; a human answers somewhere else — the web page,
 ``sandbox approvals approve ID``, another program calling `ApprovalStore.submit_answer`
-— in this process or any other sharing the store file. The provider polls the store
-for every request it is waiting on with one query per interval, however many calls
-wait in parallel, so a thousand pending approvals cost one query, not a thousand.
+— in this process or any other sharing the store. The provider polls the store for
+every request it is waiting on with one query per interval, however many calls wait in
+parallel, so a thousand pending approvals cost one query, not a thousand. A store that
+sends notifications (PostgreSQL: LISTEN/NOTIFY, `StoreProtocol.answer_cursor`) is not
+polled: the provider sleeps until an answer is recorded and then reads only the requests
+named in the notifications (and the ones that began waiting since), looking at all of
+them again every `EVENT_RECHECK` seconds (expiries send no notification).
 
 A request that expires while waiting ends the wait as a timeout: the runner records it
 as timed out, never as denied or approved.
@@ -23,6 +27,9 @@ from ..errors import ConfigurationError, ConfirmationStateError, ConfirmationTim
 from .models import ConfirmationRequest, Decision
 from .providers import OnTimeout, _check_timeout, parse_answer
 from .store import ApprovalStore, open_store
+
+#: With a notifying store, the longest wait between two looks at the store.
+EVENT_RECHECK = 1.0
 
 
 class _Closed:
@@ -64,9 +71,14 @@ class QueueConfirmationProvider:
         self._results: dict[str, dict[str, Any] | _Closed] = {}
         self._poll_lock = anyio.Lock()
         self._next_poll = 0.0
+        self._cursor: int | None = None
+        self._events: bool | None = None  # does the store notify? (asked once)
+        self._fresh: set[str] = set()  # began waiting since the last look
+        self._full_at = 0.0  # when every waiting request was last looked at
 
     async def confirm(self, request: ConfirmationRequest) -> Decision:
         self._waiting[request.id] = request
+        self._fresh.add(request.id)
         try:
             result = await self._wait(request.id)
         finally:
@@ -89,32 +101,64 @@ class QueueConfirmationProvider:
             async with self._poll_lock:
                 if request_id in self._results:
                     continue
-                delay = self._next_poll - time.monotonic()
-                if delay > 0:
-                    await anyio.sleep(delay)
-                await self._poll()
+                only: set[str] | None = None  # None: look at every waiting request
+                if self._events is None:
+                    self._cursor = await self._call(self.store.answer_cursor)
+                    self._events = self._cursor is not None
+                elif self._events and self._cursor is not None:
+                    # Sleep until an answer is recorded (the cursor taken before the last
+                    # look: one recorded since returns at once), or the recheck is due;
+                    # then look at the requests named, unless a full look is due.
+                    self._cursor, named = await anyio.to_thread.run_sync(
+                        self.store.wait_answers, self._cursor, self._recheck(),
+                        abandon_on_cancel=True)
+                    if named is not None and time.monotonic() - self._full_at < EVENT_RECHECK:
+                        only = set(named) | self._fresh
+                else:
+                    delay = self._next_poll - time.monotonic()
+                    if delay > 0:
+                        await anyio.sleep(delay)
+                await self._poll(only)
                 self._next_poll = time.monotonic() + self.poll_interval
 
-    async def _poll(self) -> None:
-        ids = list(self._waiting)
-        if not ids:
-            return
+    async def _call(self, fn: Any, *args: Any) -> Any:
         if not self.store.blocking:
-            states = self.store.answer_states(ids)
+            return fn(*args)
+        return await anyio.to_thread.run_sync(fn, *args)
+
+    def _recheck(self) -> float:
+        """How long to sleep for answers: until the soonest expiry, at most EVENT_RECHECK."""
+        now = time.time()
+        soonest = min((r.expires_at.timestamp() for r in self._waiting.values()
+                       if r.expires_at is not None), default=now + EVENT_RECHECK)
+        return max(0.0, min(EVENT_RECHECK, soonest - now + 0.01))
+
+    async def _poll(self, only: set[str] | None = None) -> None:
+        """Look up the waiting requests (``only``: just these) in one query."""
+        if only is None:
+            self._full_at = time.monotonic()
+            ids = list(self._waiting)
         else:
-            states = await anyio.to_thread.run_sync(self.store.answer_states, ids)
+            ids = [rid for rid in only if rid in self._waiting]
+        self._fresh.difference_update(ids)
+        states = {}
+        if ids:
+            if not self.store.blocking:
+                states = self.store.answer_states(ids)
+            else:
+                states = await anyio.to_thread.run_sync(self.store.answer_states, ids)
         now = time.time()
         for rid in ids:
             status, answer = states.get(rid, ("missing", None))
-            req = self._waiting.get(rid)
             if answer is not None:
                 self._results[rid] = answer
             elif status != "pending":
                 self._results[rid] = _Closed(status)
-            elif req is not None and req.expires_at is not None and (
-                now > req.expires_at.timestamp()
-            ):
+        for rid, req in list(self._waiting.items()):  # expiry needs no query
+            if rid not in self._results and req.expires_at is not None and (
+                    now > req.expires_at.timestamp()):
                 self._results[rid] = _Closed("timed_out")
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(store={self.store.path or ':memory:'}, name={self.name!r})"
+        where = self.store.path or getattr(self.store, "url", None) or ":memory:"
+        return f"{type(self).__name__}(store={where}, name={self.name!r})"

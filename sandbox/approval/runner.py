@@ -126,7 +126,7 @@ class ToolRunner:
         tools: Iterable[BaseTool],
         *,
         provider: ConfirmationProvider | None = None,
-        store: ApprovalStore | None = None,
+        store: ApprovalStore | str | None = None,
         store_path: str | None = None,
         audit: AuditLog | None = None,
         audit_path: str | None = None,
@@ -173,6 +173,8 @@ class ToolRunner:
             )
         if audit is not None and audit_path is not None:
             raise ConfigurationError("pass either audit or audit_path, not both")
+        if isinstance(store, str):  # a reference: a SQLite path or a postgresql:// URL
+            store, store_path = None, store
         self.store = store if store is not None else open_store(store_path)
         self.provider = provider
         # A log written here is anchored in the store: its head (count, last hash) lets
@@ -701,7 +703,8 @@ class ToolRunner:
             if req.status == "pending":
                 return _awaiting(req)
             rec = await self._db(self.store.get_call, rec.call_id)
-        if rec.state == "started" and _Owner.alive(rec.owner) is False:
+        if rec.state == "started" and _Owner.alive(rec.owner) is not True:
+            # Dead here, or on another host (the store's sweep judges by its lease).
             await self._db(self.store.in_doubt)
             rec = await self._db(self.store.get_call, rec.call_id)
         if rec.state == "in_doubt":

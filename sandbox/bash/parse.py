@@ -437,7 +437,15 @@ def scan_word(text: str) -> Word:
     return Word(text, value, value, False)
 
 
-def _splits(text: str) -> bool:
+def may_be_several(word: Word) -> bool:
+    """Whether bash may turn ``word`` into several words, or none: an unquoted
+    expansion (split into fields, dropped when empty), a glob or a brace expansion."""
+    if word.value is not None or word.numeric:
+        return False
+    return word.splits or _splits(word.text, globs=True)
+
+
+def _splits(text: str, *, globs: bool = False) -> bool:
     """Whether the word holds an unquoted parameter, command or arithmetic expansion,
     whose result bash splits into fields (``./$v`` with v=' -o M' is the three words
     ``./``, ``-o``, ``M``) or drops when empty: only the first field starts with the
@@ -461,9 +469,17 @@ def _splits(text: str) -> bool:
         elif ch == '"' or (ch == "$" and i + 1 < n and text[i + 1] == '"'):
             j = i + (2 if ch == "$" else 1)
             while j < n and text[j] != '"':
+                if text.startswith("$@", j):
+                    return True  # "$@" is one word per parameter
+                if text.startswith("${", j):
+                    close = text.find("}", j)
+                    if "@" in text[j: close if close > 0 else n]:
+                        return True  # "${a[@]}", "${@:2}", "${!p@}": several words
                 j += 2 if text[j] == "\\" else 1
             i = j + 1
         elif ch == "`" or (ch == "$" and i + 1 < n and text[i + 1] in _EXPANDS_AFTER_DOLLAR):
+            return True
+        elif globs and ch in "*?[{":
             return True
         else:
             i += 1
@@ -826,9 +842,20 @@ class _Walk:
         )
 
     def test_builtin(self, node: Node, children: list[Node]) -> None:
+        # bash passes ``[`` one argument per word: the tree's expression nodes
+        # (``! -v x``, ``a -a -v b``) are flattened back into those words, so every
+        # operator is seen as the word it is ([ -v must be found after a '!').
+        parts: list[Node] = []
+        stack = list(reversed(children[1:-1]))
+        while stack:
+            part = stack.pop()
+            if _KIND_NAME[part.kind_id] in _TEST_EXPRESSIONS:
+                stack.extend(reversed(part.children))
+            else:
+                parts.append(part)
         words = (
             Word("[", "[", "[", True),
-            *self.words(children[1:-1]),
+            *self.words(parts),
             Word("]", "]", "]", True),
         )
         self.commands.append(
@@ -1123,14 +1150,28 @@ class _Walk:
     def command_substitution(self, node: Node, children: list[Node], track: bool) -> None:
         if track:
             self.claimed.add(node.start_byte)
+        inner_nodes = [c for c in children if _NAMED[c.kind_id]]
+        if len(inner_nodes) == 1:
+            only = inner_nodes[0]
+            if _KIND_NAME[only.kind_id] == "redirected_statement" and all(
+                    c.kind_id in _FILE_REDIRECT for c in only.named_children):
+                only = only.named_children[0] if only.named_child_count == 1 else only
+            if only.kind_id in _FILE_REDIRECT:
+                # "$(< file)" is bash's own "$(cat file)": decided as that command
+                target = [c for c in only.named_children if _KIND_NAME[c.kind_id] !=
+                          "file_descriptor"]
+                self.commands.append(SimpleCommand(
+                    "command", (Word("cat", "cat", "cat", True), *self.words(target)), (),
+                    self.text(node), self.offset(node.start_byte)))
         if _KIND_NAME[children[0].kind_id] in ("`", "$`"):
             self.claimed.add(node.end_byte - 1)
             inner = self.text(node)[1:-1]
-            if "\\" in inner and re.search(r"\\[`$\\]", inner):
+            if "\\" in inner and re.search(r'\\[`$\\"]', inner):
                 self.find(
                     "R6",
                     "backslash escapes inside backticks are re-parsed by bash "
-                    "(nested substitution); use $(...) instead",
+                    "(nested substitution, and \\\" inside double quotes is a quote); use "
+                    "$(...) instead",
                     node,
                     "`",
                 )
@@ -1335,6 +1376,12 @@ class _Walk:
             Redirect(operator, words[0] if words else None, self.offset(node.start_byte))
         )
 
+
+# Expression nodes tree-sitter builds inside ``[ … ]`` out of separate words.
+_TEST_EXPRESSIONS = frozenset({
+    "unary_expression", "binary_expression", "parenthesized_expression",
+    "negated_expression", "ternary_expression", "postfix_expression",
+})  # fmt: skip
 
 # An integer as bash's arithmetic reads it, with no name in it (``0+v`` evaluates v).
 _INTEGER_LITERAL = re.compile(r"[0-9]+|0[xX][0-9a-fA-F]+")

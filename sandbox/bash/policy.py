@@ -49,6 +49,7 @@ from .parse import (
     SimpleCommand,
     Word,
     escape_controls,
+    may_be_several,
     parse,
     parse_prefix,
     scan_word,
@@ -350,6 +351,8 @@ class _ProgramRules:
             if (w.value is None and w.prefix[:1] in ("", "-") and not w.numeric)
             or (w.value or "")[:1] == "-"
         ]
+        if self.program in ("[", "test"):
+            options = [i for i in options if i in _test_operator_positions(args, self.program)]
         rules = self.general + self.general_options if options else self.general
         if located.unknown:
             rules += self.with_subcommands
@@ -369,6 +372,38 @@ def _negates(word: Word, options: Sequence[str]) -> bool:
         return False
     name = "--" + word.value[5:].partition("=")[0]
     return len(name) > 2 and any(o.startswith(name) for o in options if o.startswith("--"))
+
+
+# test's binary operators: with three arguments, a binary operator in the middle makes
+# the other two plain strings (bash's three_arguments checks it first).
+_TEST_BINARY = frozenset({
+    "=", "==", "!=", "<", ">", "-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-nt", "-ot", "-ef",
+    "-a", "-o",
+})  # fmt: skip
+
+
+def _test_operator_positions(args: Sequence[Word], program: str) -> range | set[int]:
+    """The argument positions bash's ``test`` / ``[`` may read as a unary operator
+    (``-v NAME`` evaluates NAME's subscript). With one to three arguments POSIX fixes
+    the reading (``[ -f "$f" ]``: the operand is never an operator); from four on
+    bash parses an expression, and any position may be one."""
+    a = list(args[:-1]) if program == "[" and args and args[-1].value == "]" else list(args)
+    n = len(a)
+    if any(may_be_several(w) for w in a):
+        return range(len(args))  # the count, and so the reading, is not known
+
+    def bang(w: Word) -> bool:  # may be '!'
+        return w.value is None or w.value == "!"
+
+    if n <= 1:
+        return set()
+    if n == 2:
+        return set() if a[0].value == "!" else {0}
+    if n == 3:
+        if a[1].value in _TEST_BINARY:
+            return set()
+        return {1} if bang(a[0]) else set()
+    return range(len(args))
 
 
 def _rule_fires(

@@ -39,7 +39,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigurationError
-from .parse import Word
+from .parse import Word, may_be_several
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -236,10 +236,12 @@ def _check(spec: ProgramSpec, words: Sequence[Word], i: int,
                 continue
             if word.splits:
                 return SpecViolation(spec.name, word.text,
-                                     f"{word.text!r} is an unquoted expansion: bash splits its "
-                                     "result into words (options among them) or drops it when "
-                                     f"empty, which the {spec.name!r} spec cannot check; quote "
-                                     f"it (\"{word.text}\") or put '--' before the operands")
+                                     f"{word.text!r} may become several words (an unquoted "
+                                     "expansion is split, or dropped when empty; \"${a[@]}\" "
+                                     "is one word per element), and only the first starts with "
+                                     f"its literal text: the {spec.name!r} spec cannot check the "
+                                     "others; quote it as one word (\"$v\") or put '--' before "
+                                     "the operands")
             glob = f"start it with './' ('./{word.text}'), " if word.text[:1] in "*?[" else ""
             return SpecViolation(spec.name, word.text,
                                  f"{word.text!r} is expanded by bash and could spell an option "
@@ -273,7 +275,7 @@ def _check(spec: ProgramSpec, words: Sequence[Word], i: int,
                              f"{spec.name!r} needs one of its subcommands: "
                              + ", ".join(s.split()[-1] for s in spec.subcommands))
     if spec.operands is not None:
-        many = next((w for w in operands if w.value is None and not w.numeric), None)
+        many = next((w for w in operands if may_be_several(w)), None)
         if many is not None:
             return SpecViolation(spec.name, many.text,
                                  f"{many.text!r} is expanded by bash and may become several "
@@ -328,12 +330,12 @@ def _option(spec: ProgramSpec, words: Sequence[Word], i: int,
             return 1, None
         if nxt is None:
             return 0, SpecViolation(spec.name, value, f"{option} needs a value")
-        if nxt.splits:
+        if may_be_several(nxt):
             return 0, SpecViolation(spec.name, nxt.text,
-                                    f"the value of {option}, {nxt.text!r}, is an unquoted "
-                                    "expansion: bash splits it into several words, or drops it "
-                                    "when empty, and the words after it shift; quote it "
-                                    f"(\"{nxt.text}\")")
+                                    f"the value of {option}, {nxt.text!r}, may become several "
+                                    "words or none (an unquoted expansion, a glob, a brace, "
+                                    "\"$@\"), and the words after it shift; write it literally "
+                                    "or as one quoted word (\"$v\")")
         if option in spec.script_options:
             if nxt.value is None:
                 return 0, SpecViolation(spec.name, nxt.text,

@@ -123,8 +123,9 @@ def _action(actions: Any, name: str, help_text: str, example: str, *,
     parser: argparse.ArgumentParser = actions.add_parser(
         name, help=help_text, description=help_text[:1].upper() + help_text[1:] + ".",
         epilog=f"example:\n  {example}", formatter_class=_FMT)
-    parser.add_argument("--store", default=None, metavar="FILE",
-                        help=f"approval store (default ${STORE_ENV} or ./{DEFAULT_STORE})")
+    parser.add_argument("--store", default=None, metavar="FILE|URL",
+                        help="approval store: a SQLite file or a postgresql:// URL "
+                             f"(default ${STORE_ENV} or ./{DEFAULT_STORE})")
     if json_flag:
         parser.add_argument("--json", action="store_true", help="print JSON")
     return parser
@@ -133,7 +134,13 @@ def _action(actions: Any, name: str, help_text: str, example: str, *,
 # -- handlers ----------------------------------------------------------------------------
 
 def _open_store(args: argparse.Namespace, *, create: bool = False) -> ApprovalStore:
-    path = Path(args.store or os.environ.get(STORE_ENV) or DEFAULT_STORE)
+    ref = args.store or os.environ.get(STORE_ENV) or DEFAULT_STORE
+    if "://" in ref:  # postgresql://: the server says whether it exists
+        try:
+            return open_store(ref)
+        except StoreError as exc:
+            raise _Exit(2, str(exc)) from None
+    path = Path(ref)
     if not create and not path.exists():
         hint = (" (or add --create to start an empty one)"
                 if getattr(args, "create", None) is not None else "")
@@ -199,7 +206,8 @@ def _serve(args: argparse.Namespace) -> int:
     if not is_loopback(args.host):
         print(f"WARNING: listening on {args.host}: other machines can reach this page; "
               "anyone with the token can approve calls", file=sys.stderr)
-    print(f"Approvals page for {store.path}: {server.url}", flush=True)
+    print(f"Approvals page for {store.path or getattr(store, 'url', 'the store')}: "
+          f"{server.url}", flush=True)
     print("The token in that address is required on every request; keep it private. "
           "Ctrl-C stops.", flush=True)
     server.serve_forever()

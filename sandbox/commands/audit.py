@@ -28,7 +28,8 @@ def register(sub: Any) -> None:
     verify.add_argument("path", help="the audit log (JSON lines)")
     verify.add_argument("--json", action="store_true", help="print the result as JSON")
     verify.add_argument("--store", default=None, metavar="REF",
-                        help="the approval store the log is anchored in (a SQLite file): "
+                        help="the approval store the log is anchored in (a SQLite file or "
+                             "a postgresql:// URL): "
                              "also detects records cut off the end of the log")
     verify.set_defaults(handler=_verify)
     audit.set_defaults(handler=lambda args: audit.print_help() or 2)
@@ -40,7 +41,7 @@ def _verify(args: argparse.Namespace) -> int:
         from ..approval.store import open_store
         from ..errors import StoreError
 
-        if not os.path.exists(args.store):
+        if "://" not in args.store and not os.path.exists(args.store):
             print(f"sandbox audit verify: no approval store at {args.store!r}")
             return 2
         try:

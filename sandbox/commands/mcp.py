@@ -73,9 +73,9 @@ def register(sub: Any) -> None:
                      help="your tools, from a file (path/to/tools.py:TOOLS) or a module "
                           "(package.module:TOOLS): a BaseTool/FunctionTool, a function or a "
                           "list of them")
-    mcp.add_argument("--store", metavar="FILE",
-                     help="SQLite approval store (requests, grants, journal); default: in "
-                          "memory")
+    mcp.add_argument("--store", metavar="FILE|URL",
+                     help="approval store (requests, grants, journal): a SQLite file or a "
+                          "postgresql:// URL (the postgres extra); default: in memory")
     mcp.add_argument("--audit", metavar="FILE", help="append the hash-chained audit log here")
     mcp.add_argument("--approvals", choices=("none", "queue", "deny"), default="none",
                      help="channel for clients that cannot elicit: 'queue' waits for an "
@@ -222,13 +222,15 @@ def _open_store(path: str) -> Any:
     import sqlite3
 
     from ..approval.store import open_store
-    from ..errors import ConfigurationError
+    from ..errors import ConfigurationError, StoreError
 
     try:
         return open_store(path)
     except sqlite3.DatabaseError as exc:
         raise ConfigurationError(f"--store {path!r} is not an approval store (SQLite): "
                                  f"{exc}") from None
+    except StoreError as exc:
+        raise ConfigurationError(f"--store: {exc}") from None
 
 
 def _bash_tool(policy_ref: str, workspace: str) -> Any:

@@ -509,7 +509,7 @@ def _refused(message: str) -> dict[str, Any]:
 
 
 async def _in_thread(runner: ToolRunner, fn: Any, *args: Any) -> Any:
-    if runner.store.path is None:
+    if not runner.store.blocking:
         return fn(*args)
     import anyio.to_thread
 

@@ -1,10 +1,13 @@
 """Approval stores: one Protocol (`StoreProtocol`), typed states with a transition table
 (`states`), and the backends — `MemoryApprovalStore` (one process) and
-`SQLiteApprovalStore` (a file shared by the processes of one host). `open_store` opens
-the one a reference names."""
+`SQLiteApprovalStore` (a file shared by the processes of one host) and
+`PostgresApprovalStore` (a database shared by many hosts; it needs the ``postgres``
+extra, imported only when one is opened). The SQL backends share their operations
+(`sql.SQLApprovalStore`). `open_store` opens the one a reference names."""
 
 from .base import MAX_PENDING_PER_SESSION, ApprovalStore, open_store
 from .memory import MemoryApprovalStore
+from .postgres import PostgresApprovalStore
 from .protocol import MAX_PAGE, Page, StoreProtocol
 from .records import CallRecord, Owner, dt, new_id
 from .sqlite import SQLiteApprovalStore
@@ -23,6 +26,7 @@ __all__ = [
     "MemoryApprovalStore",
     "Owner",
     "Page",
+    "PostgresApprovalStore",
     "RequestStatus",
     "SQLiteApprovalStore",
     "StoreProtocol",

@@ -9,6 +9,7 @@ written once here, in terms of the Protocol's operations only.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from ...errors import StoreError
@@ -58,6 +59,15 @@ class ApprovalStore(StoreProtocol):
 
     _built_request = staticmethod(built_request)
 
+    def answer_cursor(self) -> int | None:
+        """None: this store sends no answer notifications; waiters poll it."""
+        return None
+
+    def wait_answers(self, cursor: int, timeout: float
+                     ) -> tuple[int, frozenset[str] | None]:
+        time.sleep(timeout)
+        return cursor, None
+
     def sweep(self) -> list[Any]:
         """`in_doubt` under the Protocol's name for it."""
         return self.in_doubt()
@@ -73,26 +83,28 @@ def _backend_for(ref: str | os.PathLike[str] | None) -> type[ApprovalStore]:
         from .memory import MemoryApprovalStore
 
         return MemoryApprovalStore
-    from .sqlite import SQLiteApprovalStore
-
     text = str(ref)
     if text.startswith(("postgresql:", "postgres:")):
+        from .postgres import PostgresApprovalStore, redacted
+
+        if not text.startswith(("postgresql://", "postgres://")):
+            raise StoreError(f"{redacted(text)}: a PostgreSQL store is named by a URL, "
+                             "postgresql://user@host/database")
+        return PostgresApprovalStore
+    if "://" in text:
         raise StoreError(
-            f"{_redacted(text)}: the PostgreSQL backend is not available in this version; "
-            "use a SQLite file path (shared by the processes of one host)")
+            f"{text.split('://', 1)[0]}://…: unknown kind of approval store; use a SQLite "
+            "file path, ':memory:', or a postgresql:// URL")
+    from .sqlite import SQLiteApprovalStore
+
     return SQLiteApprovalStore
-
-
-def _redacted(ref: str) -> str:
-    if "@" in ref and "://" in ref:
-        scheme, rest = ref.split("://", 1)
-        return f"{scheme}://…@{rest.rsplit('@', 1)[1]}"
-    return ref
 
 
 def open_store(ref: str | os.PathLike[str] | None = None, **options: Any) -> ApprovalStore:
     """Open the store a reference names: None (memory, this process), ``":memory:"``
-    (SQLite in memory) or a file path (SQLite, shared by the processes of one host).
+    (SQLite in memory), a file path (SQLite, shared by the processes of one host) or a
+    ``postgresql://`` URL (PostgreSQL, shared by many hosts; ``pip install
+    'sandbox[postgres]'``).
 
     ``options`` go to the backend (``max_pending``, ``max_pending_per_session``, ...).
     """

@@ -131,8 +131,10 @@ class MemoryApprovalStore(ApprovalStore):
     `threading.Lock`, which makes each check-and-change atomic for every thread of the
     process. ``max_history`` (default 100,000) bounds the finished calls kept to answer
     repeated call ids; ``max_pending`` bounds the requests waiting for an answer.
-    ``ApprovalStore()`` without a path returns one of these. ``busy_timeout`` is accepted
-    (the signature is `ApprovalStore`'s) and unused: nothing here waits on another process.
+    ``ApprovalStore()`` without a path returns one of these. ``busy_timeout`` and
+    ``lease_seconds`` are accepted (the signature is `ApprovalStore`'s) and unused: nothing
+    here waits on another process, and no other process holds its calls (the sweep knows
+    this process is alive).
     """
 
     def __init__(
@@ -143,6 +145,7 @@ class MemoryApprovalStore(ApprovalStore):
         max_history: int | None = -1,
         busy_timeout: float = 10.0,
         max_pending_per_session: int | None = MAX_PENDING_PER_SESSION,
+        lease_seconds: float | None = None,
     ) -> None:
         if max_pending_per_session is not None and max_pending_per_session < 1:
             raise StoreError("max_pending_per_session must be at least 1 or None, got "

@@ -1,6 +1,6 @@
 """`StoreProtocol`: the operations the gate needs from an approval store, and nothing else.
 
-Every backend (`MemoryApprovalStore`, `SQLiteApprovalStore`) implements exactly these;
+Every backend (`MemoryApprovalStore`, `SQLiteApprovalStore`, `PostgresApprovalStore`) implements exactly these;
 the gate, the rule book, the providers, the web page and the CLI use only these. A
 backend's guarantees are the same whichever it is: a request is decided once, a grant
 is claimed once and only for its digest, every call transition follows
@@ -100,6 +100,19 @@ class StoreProtocol(Protocol):
                       ) -> dict[str, tuple[str, dict[str, Any] | None]]: ...
 
     def answered_requests(self) -> list[ConfirmationRequest]: ...
+
+    def answer_cursor(self) -> int | None:
+        """Optional wait hook. None: the store sends no notifications and a waiter polls
+        `answer_states`. Otherwise a mark for `wait_answers` (PostgreSQL: LISTEN)."""
+        ...
+
+    def wait_answers(self, cursor: int, timeout: float
+                     ) -> tuple[int, frozenset[str] | None]:
+        """Block until an answer or decision is recorded after ``cursor``, or ``timeout``
+        seconds pass. Returns the new mark and the ids of the requests answered or
+        decided since ``cursor`` (None: not known, any may have been; look at all).
+        Read their state with `answer_states` after it returns."""
+        ...
 
     def get_request(self, request_id: str) -> ConfirmationRequest: ...
 

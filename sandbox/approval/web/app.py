@@ -181,7 +181,7 @@ def create_app(store: ApprovalStore, *, token: str, identity: str = "web",
         return endpoint
 
     async def db(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if store.path is None:
+        if not store.blocking:
             return fn(*args, **kwargs)
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
 

@@ -1,0 +1,523 @@
+"""`PostgresApprovalStore`: the approval store in PostgreSQL, shared by the workers, pages
+and command lines of many hosts.
+
+``open_store("postgresql://user@host/db")`` (any libpq URL or ``postgres://``; a
+``?options=-csearch_path%3Dname`` picks the schema, so one database can hold several
+stores). Needs the ``postgres`` extra: ``pip install 'sandbox[postgres]'`` (psycopg 3).
+
+The operations are `SQLApprovalStore`'s (store/sql.py), the same statements SQLite runs:
+
+- claims are guarded ``UPDATE ... WHERE state=... [RETURNING]``: under READ COMMITTED a
+  second claimer blocks on the row and re-checks the guard against the committed row, so
+  exactly one wins;
+- steps that read and then write run in a transaction holding a transaction-level
+  advisory lock of the store's schema (what ``BEGIN IMMEDIATE`` is to SQLite);
+- an answer or a decision sends ``NOTIFY`` in its transaction (delivered on commit);
+  `answer_cursor` / `wait_answers` let a waiter sleep until one arrives instead of
+  polling (`QueueConfirmationProvider` does);
+- worker leases are written and compared on the server's clock, so hosts whose clocks
+  disagree still agree on whose lease ran out.
+
+Schema migrations are numbered (`MIGRATIONS`), recorded in ``schema_version`` and
+applied in one transaction under an advisory lock; a database whose schema is newer
+than this library knows is refused with a clear error.
+
+Connections: the store holds one connection (and one more for LISTEN once something
+waits for answers). If the server restarts, the next operation notices the dead
+connection before sending anything and reconnects (retrying for ``reconnect_timeout``
+seconds). A connection lost while a statement was in flight is retried for reads; for a
+write it raises `StoreError` (a transaction is rolled back by the server, never half
+written; only a lost ``COMMIT`` reply leaves the outcome unknown, and the error says so).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import select
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ...errors import StoreError
+from .base import MAX_PENDING_PER_SESSION
+from .sql import RULE_COLUMNS, SQLApprovalStore, lease_seconds
+
+_log = logging.getLogger(__name__)
+
+#: Advisory lock classes (the first key of the two-key form; the second is the schema's).
+_TX_LOCK = 0x5A1D
+_MIGRATE_LOCK = 0x5A1E
+
+#: Answer notifications remembered for waiters that fall behind (then they look at all).
+_KEEP = 100_000
+
+#: Numbered schema migrations: MIGRATIONS[n - 1] takes a schema from version n-1 to n.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (  # 1: calls, requests, answers, the journal (by trigger), rules, leases, meta
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        """CREATE TABLE calls (
+            call_id TEXT PRIMARY KEY, tool TEXT NOT NULL, digest TEXT NOT NULL,
+            args TEXT NOT NULL, state TEXT NOT NULL, request_id TEXT, grant_digest TEXT,
+            run_args TEXT, owner TEXT, result TEXT, session_id TEXT,
+            created DOUBLE PRECISION NOT NULL, updated DOUBLE PRECISION NOT NULL,
+            note TEXT)""",
+        "CREATE INDEX calls_by_state ON calls(state, updated)",
+        """CREATE TABLE requests (
+            id TEXT PRIMARY KEY, call_id TEXT NOT NULL, tool TEXT NOT NULL,
+            args TEXT NOT NULL, digest TEXT NOT NULL, hint TEXT NOT NULL, payload TEXT,
+            kind TEXT NOT NULL, details TEXT, status TEXT NOT NULL,
+            created DOUBLE PRECISION NOT NULL, expires DOUBLE PRECISION,
+            decided DOUBLE PRECISION, outcome TEXT, reason TEXT, decided_by TEXT,
+            channel TEXT, decision TEXT, edited_from TEXT, session_id TEXT)""",
+        "CREATE INDEX requests_by_status ON requests(status, created, id)",
+        "CREATE INDEX requests_by_call ON requests(call_id)",
+        """CREATE TABLE answers (
+            request_id TEXT PRIMARY KEY, decision TEXT NOT NULL, decided_by TEXT,
+            channel TEXT, at DOUBLE PRECISION NOT NULL)""",
+        """CREATE TABLE journal (
+            seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, call_id TEXT NOT NULL,
+            state TEXT NOT NULL, at DOUBLE PRECISION NOT NULL, owner TEXT, detail TEXT)""",
+        "CREATE INDEX journal_by_call ON journal(call_id, seq)",
+        """CREATE TABLE rules (
+            id TEXT PRIMARY KEY, tool TEXT NOT NULL, kind TEXT NOT NULL, words TEXT,
+            prefix INTEGER NOT NULL DEFAULT 0, args TEXT, digest TEXT, scope TEXT NOT NULL,
+            session_id TEXT, created DOUBLE PRECISION NOT NULL,
+            expires DOUBLE PRECISION NOT NULL, created_by TEXT, channel TEXT,
+            request_id TEXT, revoked DOUBLE PRECISION, revoked_by TEXT,
+            uses INTEGER NOT NULL DEFAULT 0, last_used DOUBLE PRECISION)""",
+        "CREATE INDEX rules_by_tool ON rules(tool, revoked, expires)",
+        """CREATE TABLE leases (
+            worker TEXT PRIMARY KEY, host TEXT NOT NULL,
+            expires DOUBLE PRECISION NOT NULL)""",
+        # Every statement that sets calls.state also sets updated and note (the journal's
+        # detail of this transition), as in SQLite.
+        """CREATE FUNCTION calls_journal() RETURNS trigger LANGUAGE plpgsql
+            SET search_path FROM CURRENT AS $$
+            BEGIN
+                INSERT INTO journal(call_id, state, at, owner, detail)
+                VALUES (NEW.call_id, NEW.state, NEW.updated, NEW.owner, NEW.note);
+                RETURN NULL;
+            END $$""",
+        "CREATE TRIGGER calls_journal_new AFTER INSERT ON calls "
+        "FOR EACH ROW EXECUTE FUNCTION calls_journal()",
+        "CREATE TRIGGER calls_journal_state AFTER UPDATE OF state ON calls "
+        "FOR EACH ROW EXECUTE FUNCTION calls_journal()",
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+assert RULE_COLUMNS.count(",") == 17  # the rules table above has these 18 columns
+
+_READ = re.compile(r"\s*SELECT\b(?![^;]*\bpg_notify\b)", re.IGNORECASE)
+
+
+#: What the server says while it cannot take connections yet (SQLSTATE 57P03).
+_STARTING = ("the database system is starting up", "the database system is not yet accepting",
+             "the database system is shutting down", "the database system is in recovery")
+
+
+class _Starting(Exception):
+    pass
+
+
+def redacted(url: str) -> str:
+    """The URL without its password (in the authority or a ``password=`` parameter)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<an unparsable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        if ":" in userinfo:
+            userinfo = userinfo.split(":", 1)[0] + ":***"
+        netloc = f"{userinfo}@{host}"
+    query = parts.query
+    if "password" in query.lower():
+        query = urlencode([(k, "***" if k.lower() == "password" else v)
+                           for k, v in parse_qsl(query, keep_blank_values=True)])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _passwords(url: str) -> list[str]:
+    try:
+        parts = urlsplit(url)
+        found = [parts.password or ""] + [v for k, v in parse_qsl(parts.query)
+                                          if k.lower() == "password"]
+    except ValueError:
+        return []
+    return [p for p in found if p]
+
+
+def is_postgres_url(ref: object) -> bool:
+    return isinstance(ref, str) and ref.startswith(("postgresql://", "postgres://"))
+
+
+def _driver() -> Any:
+    try:
+        import psycopg
+    except ModuleNotFoundError:
+        raise StoreError(
+            "the PostgreSQL approval store needs psycopg 3, which is not installed: "
+            "pip install 'sandbox[postgres]'") from None
+    return psycopg
+
+
+class PostgresApprovalStore(SQLApprovalStore):
+    """The approval store in a PostgreSQL database (``postgresql://`` URL)."""
+
+    _SQL_NOW = "extract(epoch from clock_timestamp())::float8"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_pending: int = 10_000,
+        max_history: int | None = None,
+        max_pending_per_session: int | None = MAX_PENDING_PER_SESSION,
+        lease_seconds: float | None = None,
+        connect_timeout: float = 10.0,
+        reconnect_timeout: float = 30.0,
+        busy_timeout: float | None = None,
+    ) -> None:
+        if max_pending_per_session is not None and max_pending_per_session < 1:
+            raise StoreError("max_pending_per_session must be at least 1 or None, got "
+                             f"{max_pending_per_session}")
+        if max_pending < 1:
+            raise StoreError(f"max_pending must be at least 1, got {max_pending}")
+        if max_history == -1:
+            max_history = None
+        if max_history is not None and max_history < 1:
+            raise StoreError(f"max_history must be at least 1 or None, got {max_history}")
+        if not is_postgres_url(url):
+            raise StoreError(f"{redacted(str(url))} is not a postgresql:// URL")
+        self.path = None
+        self.url = redacted(url)
+        self._url = url
+        self.max_pending = max_pending
+        self.max_pending_per_session = max_pending_per_session
+        self.max_history = max_history
+        self.lease = _lease(lease_seconds)
+        self.connect_timeout = connect_timeout
+        self.reconnect_timeout = reconnect_timeout
+        # Like SQLite's busy_timeout: how long a step waits for another process's
+        # transaction before it gives up with a StoreError.
+        self.busy_timeout = 10.0 if busy_timeout is None else float(busy_timeout)
+        if not 0 < self.busy_timeout <= 3600:
+            raise StoreError(f"busy_timeout must be between 0 and 3600 s, got {busy_timeout!r}")
+        self._opened = 0
+        self._lock = threading.RLock()
+        self._in_tx = False
+        self._queries: dict[str, str] = {}
+        self._closed = False
+        self._pg = _driver()
+        self._conn: Any = None
+        # Answer notifications: the request ids notified, in order (None: not known,
+        # after the listener reconnected); a waiter's cursor is a position in it.
+        self._events = 0
+        self._notified: collections.deque[str | None] = collections.deque(maxlen=_KEEP)
+        self._cond = threading.Condition()
+        self._listener: threading.Thread | None = None
+        self._listening = threading.Event()
+        self._listen_error: str | None = None
+        conn = self._connect(wait_for_start=True)
+        self._conn = conn
+        try:
+            schema = conn.execute("SELECT current_schema()").fetchone()[0]
+        except self._pg.Error as exc:
+            self._drop()
+            raise StoreError(f"cannot open approval store {self.url}: {exc}") from None
+        if schema is None:
+            self._drop()
+            raise StoreError(
+                f"cannot open approval store {self.url}: its search_path names no schema "
+                "that exists; create the schema first (CREATE SCHEMA ...)")
+        self.schema = str(schema)
+        digest = hashlib.sha256(self.schema.encode()).digest()
+        self._key = int.from_bytes(digest[:4], "big", signed=True)
+        self._channel = f"sandbox_answers_{digest[:8].hex()}"
+        try:
+            self._migrate()
+        except BaseException:
+            self._drop()
+            raise
+
+    def __repr__(self) -> str:
+        return f"PostgresApprovalStore({self.url!r})"
+
+    @property
+    def blocking(self) -> bool:
+        return True
+
+    # -- connections -------------------------------------------------------------------
+
+    def _connect(self, *, wait_for_start: bool = False) -> Any:
+        """A new connection. ``wait_for_start``: a server that is up but starting up or
+        restarting is waited for (``connect_timeout``); any other failure is at once."""
+        deadline = time.monotonic() + self.connect_timeout
+        while True:
+            try:
+                return self._connect_once()
+            except _Starting:
+                if not wait_for_start or time.monotonic() >= deadline:
+                    raise StoreError(
+                        f"cannot connect to approval store {self.url}: the database server "
+                        "is starting up or shutting down; try again shortly") from None
+                time.sleep(0.1)
+
+    def _connect_once(self) -> Any:
+        try:
+            conn = self._pg.connect(
+                self._url, autocommit=True, connect_timeout=max(1, round(self.connect_timeout)),
+                application_name=f"sandbox-approvals:{os.getpid()}")
+            # A step waits at most busy_timeout for another's lock; a transaction left
+            # open by a stalled process is ended by the server, releasing its locks.
+            conn.execute(f"SET lock_timeout = {int(self.busy_timeout * 1000)}")
+            conn.execute(f"SET idle_in_transaction_session_timeout = "
+                         f"{int(max(60.0, self.busy_timeout * 6) * 1000)}")
+            return conn
+        except self._pg.Error as exc:
+            if any(m in str(exc) for m in _STARTING):
+                raise _Starting from None
+            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            for secret in _passwords(self._url):
+                cause = cause.replace(secret, "***")
+            raise StoreError(
+                f"cannot connect to approval store {self.url}: {cause} (check the URL, that "
+                "the server is running and reachable, and the user's permissions)") from None
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _healthy(self, conn: Any) -> bool:
+        """Whether ``conn`` still works, without a round trip. The store's connection
+        listens to nothing, so an idle one has nothing to read: if its socket is
+        readable, the server said goodbye (a restart) or closed it; use a new one."""
+        if conn is None or conn.closed or conn.broken:
+            return False
+        if conn.pgconn.status != self._pg.pq.ConnStatus.OK:
+            return False
+        try:
+            readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable
+
+    def _live(self) -> Any:
+        """The connection, reconnected if the server restarted since it was last used."""
+        if self._closed:
+            raise StoreError(f"approval store {self.url} was closed; open a new one")
+        if self._healthy(self._conn):
+            return self._conn
+        self._drop()
+        deadline = time.monotonic() + self.reconnect_timeout
+        while True:
+            try:
+                self._conn = self._connect()
+                _log.info("reconnected to approval store %s", self.url)
+                return self._conn
+            except StoreError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+
+    def _lost(self, exc: BaseException, what: str) -> StoreError:
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return StoreError(f"approval store {self.url}: the connection was lost {what} "
+                          f"({cause})")
+
+    def _query(self, sql: str) -> str:
+        """``?`` placeholders as psycopg's ``%s`` (a literal ``%`` doubled)."""
+        q = self._queries.get(sql)
+        if q is None:
+            q = self._queries[sql] = sql.replace("%", "%%").replace("?", "%s")
+        return q
+
+    def _busy(self, exc: BaseException) -> StoreError:
+        return StoreError(
+            f"approval store {self.url} is busy: another process held its lock for more "
+            f"than {self.busy_timeout:g} s ({str(exc).strip().splitlines()[0]}); try again, "
+            "or raise busy_timeout")
+
+    def _x(self, sql: str, params: Sequence[Any] = (), *, retry: bool = False) -> Any:
+        args = tuple(params) or None
+        q = self._query(sql) if args else sql
+        with self._lock:
+            if self._in_tx:
+                return self._conn.execute(q, args)
+            conn = self._live()
+            try:
+                return conn.execute(q, args)
+            except self._pg.errors.LockNotAvailable as exc:
+                raise self._busy(exc) from None
+            except self._pg.OperationalError as exc:
+                self._drop()
+                if not (retry or _READ.match(sql)):
+                    raise self._lost(exc, "while a write was in flight; it may or may not "
+                                     "have been recorded (check the call's journal)") from None
+            try:  # a read, or a write that may run twice: again on a new connection
+                return self._live().execute(q, args)
+            except self._pg.OperationalError as exc:
+                self._drop()
+                raise self._lost(exc, "twice while reading") from None
+
+    def _xmany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        with self._lock:
+            conn = self._conn if self._in_tx else self._live()
+            with conn.cursor() as cur:
+                cur.executemany(self._query(sql), [tuple(r) for r in rows])
+
+    @contextlib.contextmanager
+    def _tx(self, lock: int = _TX_LOCK) -> Iterator[None]:
+        with self._lock:
+            if self._in_tx:  # nested: part of the enclosing transaction
+                yield
+                return
+            for attempt in (1, 2):  # nothing ran yet: a lost connection is tried again
+                conn = self._live()
+                try:
+                    conn.execute("BEGIN")
+                    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (lock, self._key))
+                    break
+                except self._pg.errors.LockNotAvailable as exc:
+                    with contextlib.suppress(self._pg.Error):
+                        conn.execute("ROLLBACK")
+                    raise self._busy(exc) from None
+                except self._pg.OperationalError as exc:
+                    self._drop()
+                    if attempt == 2:
+                        raise self._lost(exc, "before a transaction began; nothing was "
+                                         "written") from None
+            self._in_tx = True
+            try:
+                yield
+            except BaseException as exc:
+                self._in_tx = False
+                if isinstance(exc, self._pg.errors.LockNotAvailable):
+                    with contextlib.suppress(self._pg.Error):
+                        conn.execute("ROLLBACK")
+                    raise self._busy(exc) from None
+                if isinstance(exc, self._pg.OperationalError):
+                    self._drop()
+                    raise self._lost(exc, "during a transaction; the server rolled it back, "
+                                     "nothing of it was written") from None
+                try:
+                    conn.execute("ROLLBACK")
+                except self._pg.Error:
+                    self._drop()
+                raise
+            self._in_tx = False
+            try:
+                conn.execute("COMMIT")
+            except self._pg.OperationalError as exc:
+                self._drop()
+                raise self._lost(exc, "waiting for a COMMIT's reply; the transaction may "
+                                 "or may not have been recorded") from None
+
+    def _migrate(self) -> None:
+        """Bring the schema to `SCHEMA_VERSION`, one process at a time."""
+        with self._tx(_MIGRATE_LOCK):
+            self._x("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
+                    "applied DOUBLE PRECISION NOT NULL)")
+            (current,) = self._x("SELECT COALESCE(MAX(version), 0) FROM schema_version"
+                                 ).fetchone()
+            if current > SCHEMA_VERSION:
+                raise StoreError(
+                    f"approval store {self.url} (schema {self.schema}) has schema version "
+                    f"{current}, newer than this library's {SCHEMA_VERSION}; upgrade sandbox "
+                    "or use another schema")
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[version - 1]:
+                    self._conn.execute(statement)
+                self._x(f"INSERT INTO schema_version(version, applied) VALUES (?, "
+                        f"{self._SQL_NOW})", (version,))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._stop_heartbeat()
+        self._closed = True
+        with self._cond:
+            self._cond.notify_all()
+        listener = self._listener
+        if listener is not None and listener is not threading.current_thread():
+            listener.join(timeout=5)
+        with self._lock:
+            self._drop()
+
+    # -- answers: NOTIFY, and waiting for one --------------------------------------------
+
+    def _notify_answer(self, request_id: str) -> None:
+        self._x("SELECT pg_notify(?, ?)", (self._channel, request_id))
+
+    def answer_cursor(self) -> int | None:
+        """A mark to pass to `wait_answers`; starts listening (once) before returning."""
+        if self._listener is None:
+            with self._lock:
+                if self._listener is None:
+                    self._listener = threading.Thread(
+                        target=self._listen, daemon=True, name="sandbox-answers-listen")
+                    self._listener.start()
+        if not self._listening.wait(self.reconnect_timeout):
+            raise StoreError(f"approval store {self.url}: cannot LISTEN for answers "
+                             f"({self._listen_error or 'timed out'})")
+        with self._cond:
+            return self._events
+
+    def wait_answers(self, cursor: int, timeout: float
+                     ) -> tuple[int, frozenset[str] | None]:
+        """Block until an answer or decision is recorded after ``cursor`` (by any process),
+        or ``timeout`` seconds pass: the new mark, and the request ids notified since
+        ``cursor`` (None when not known: the listener reconnected, or too many)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._events != cursor or self._closed,
+                                timeout=max(0.0, timeout))
+            now = self._events
+            missed = now - cursor
+            if missed > len(self._notified) or missed < 0:
+                return now, None
+            named = [self._notified[i] for i in range(len(self._notified) - missed,
+                                                       len(self._notified))]
+            if any(rid is None for rid in named):
+                return now, None
+            return now, frozenset(rid for rid in named if rid is not None)
+
+    def _note(self, request_id: str | None) -> None:
+        with self._cond:
+            self._events += 1
+            self._notified.append(request_id)
+            self._cond.notify_all()
+
+    def _listen(self) -> None:
+        while not self._closed:
+            conn = None
+            try:
+                conn = self._connect()
+                conn.execute(f"LISTEN {self._channel}")
+                self._note(None)  # answers may have come while not listening: look again
+                self._listening.set()
+                while not self._closed:
+                    for notice in conn.notifies(timeout=0.5):
+                        self._note(notice.payload or None)
+            except Exception as exc:
+                self._listening.clear()
+                self._listen_error = str(exc).strip().splitlines()[0] if str(exc) else repr(exc)
+                _log.info("approval store %s: listening for answers: %s", self.url, exc)
+                time.sleep(0.2)
+            finally:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        conn.close()
+
+
+_lease = lease_seconds

@@ -1,0 +1,872 @@
+"""`SQLApprovalStore`: the operations of `StoreProtocol` written once in SQL, for every
+SQL backend (`SQLiteApprovalStore`, `PostgresApprovalStore`).
+
+The statements are written with ``?`` placeholders in the SQL both dialects share
+(``INSERT ... ON CONFLICT``, ``UPDATE ... RETURNING``, row-value comparisons); a backend
+provides only the plumbing:
+
+- ``_x(sql, params)`` / ``_xmany``: run one statement (PostgreSQL rewrites ``?`` to
+  ``%s``), on its own when outside a transaction;
+- ``_tx()``: a transaction that read-then-write steps run in, serialized against every
+  other such transaction on the store (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: a
+  transaction-level advisory lock), under ``_lock`` for the threads sharing the
+  connection;
+- ``_SQL_NOW``: the database's clock as epoch seconds (worker leases are compared on
+  one clock, whichever host wrote them);
+- ``_notify_answer``: tell waiters an answer or decision was recorded (PostgreSQL
+  NOTIFY; SQLite waiters poll).
+
+Exactly-once rests on guarded updates: a request moves from ``pending`` only while it
+is still ``pending``; a call moves to ``started`` only from ``approved`` with a grant for
+exactly the digest about to run (cleared in the same statement: single use) or from
+``new`` by the worker that opened it. Every transition is journalled by a trigger on
+``calls.state``.
+
+Worker leases: a worker that holds calls keeps a row in ``leases`` (its owner token,
+host and expiry on the database clock), renewed by a heartbeat thread every third of
+the lease. The sweep (`in_doubt`) treats a call's worker as gone when its process is
+known dead on this host, or — on any host — when its lease ran out: ``started`` calls
+become ``in_doubt`` (never run again), never-started ones ``abandoned``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any, ClassVar
+
+from ...errors import (
+    ConfirmationStateError,
+    ConfirmationTimedOutError,
+    StoreError,
+    UnknownCallError,
+    UnknownConfirmationError,
+)
+from ..models import ConfirmationRequest, Rule, canonical_json
+from ..providers import parse_answer
+from .base import ApprovalStore
+from .protocol import Page
+from .records import (
+    HUMAN_OUTCOMES,
+    PRUNABLE_STATES,
+    REQUEST_COLUMNS,
+    CallRecord,
+    Owner,
+    check_waiting_answer,
+    clock,
+    dt,
+    dump,
+    host_id,
+    new_id,
+    request_from_row,
+    timed_out_message,
+)
+from .states import HELD, IN_PROGRESS, PARKABLE, sql_list
+
+_log = logging.getLogger(__name__)
+
+#: The columns of a rule row.
+RULE_COLUMNS = (
+    "id, tool, kind, words, prefix, args, digest, scope, session_id, created, expires, "
+    "created_by, channel, request_id, revoked, revoked_by, uses, last_used"
+)
+
+#: Default worker lease, in seconds (``lease_seconds=`` or ``$SANDBOX_LEASE_SECONDS``).
+DEFAULT_LEASE = 30.0
+
+
+def lease_seconds(value: float | None) -> float:
+    """The lease length to use: ``value``, else ``$SANDBOX_LEASE_SECONDS``, else 30 s."""
+    if value is None:
+        text = os.environ.get("SANDBOX_LEASE_SECONDS")
+        try:
+            value = float(text) if text else DEFAULT_LEASE
+        except ValueError:
+            raise StoreError(f"SANDBOX_LEASE_SECONDS must be a number of seconds, got {text!r}"
+                             ) from None
+    if not 0.2 <= value <= 86_400:
+        raise StoreError(f"lease_seconds must be between 0.2 and 86400, got {value!r}")
+    return float(value)
+
+
+def _beat(ref: weakref.ref[SQLApprovalStore], owner: str, closing: threading.Event,
+          period: float, pid: int) -> None:
+    """A worker's heartbeat: renew its lease every ``period`` seconds until the store is
+    closed or collected."""
+    while not closing.wait(period):
+        store = ref()
+        if store is None or os.getpid() != pid:
+            return
+        try:
+            store._renew(owner)
+        except Exception as exc:  # the next beat tries again; the sweep is the judge
+            _log.warning("worker lease %s not renewed: %s", owner, exc)
+        del store
+
+
+class SQLApprovalStore(ApprovalStore):
+    """What the SQL backends share. Not constructed directly."""
+
+    #: The database clock as epoch seconds, in this dialect.
+    _SQL_NOW: ClassVar[str]
+    max_history: int | None
+    lease: float
+    _opened: int
+    _lock: threading.RLock
+    _lease_pid: int = -1
+    _heartbeat: threading.Thread | None = None
+    _closing: threading.Event | None = None
+    #: Whether workers of other processes can share this store (and so need leases).
+    _shared = True
+
+    # -- plumbing a backend provides -------------------------------------------------
+
+    def _x(self, sql: str, params: Sequence[Any] = (), *, retry: bool = False) -> Any:
+        """Run one statement. ``retry``: it may safely run twice (a backend whose
+        connection can drop mid-statement runs it again on a new one)."""
+        raise NotImplementedError
+
+    def _xmany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        raise NotImplementedError
+
+    def _tx(self) -> contextlib.AbstractContextManager[None]:
+        raise NotImplementedError
+
+    @property
+    def _returning(self) -> bool:
+        return True
+
+    def _clock(self) -> float:
+        return clock()
+
+    def _notify_answer(self, request_id: str) -> None:
+        """Called inside the transaction that records an answer or a decision."""
+
+    # -- worker leases ---------------------------------------------------------------
+
+    def _hold(self, owner: str) -> None:
+        """This process is about to hold calls as ``owner``: make sure its lease exists
+        and a heartbeat renews it (once per process; again after a fork)."""
+        if self._lease_pid == os.getpid() or not self._shared:
+            return
+        with self._lock:
+            if self._lease_pid == os.getpid():
+                return
+            self._renew(owner)
+            self._lease_pid = os.getpid()
+            self._closing = threading.Event()
+            # The thread holds the store weakly: a store dropped without close() is still
+            # collected (and its connection closed); the heartbeat then stops.
+            self._heartbeat = threading.Thread(
+                target=_beat, args=(weakref.ref(self), owner, self._closing,
+                                    self.lease / 3, os.getpid()),
+                daemon=True, name=f"sandbox-lease-{owner}")
+            self._heartbeat.start()
+
+    def _renew(self, owner: str) -> None:
+        with self._lock:
+            self._x(
+                "INSERT INTO leases(worker, host, expires) "
+                f"VALUES (?, ?, {self._SQL_NOW} + ?) "
+                "ON CONFLICT(worker) DO UPDATE SET expires=excluded.expires",
+                (owner, host_id(), self.lease), retry=True)
+
+    def _stop_heartbeat(self) -> None:
+        if self._closing is not None:
+            self._closing.set()
+        beat = self._heartbeat
+        if beat is not None and beat is not threading.current_thread() and (
+                self._lease_pid == os.getpid()):
+            beat.join(timeout=5)
+        self._heartbeat = None
+        self._lease_pid = -1
+
+    def _gone(self, owner: str | None, live: set[str] | None = None) -> bool:
+        """Whether the worker ``owner`` is gone: known dead on this host, or (on any
+        host) holding no unexpired lease. ``live``: the workers holding one, if read."""
+        alive = Owner.alive(owner)
+        if alive is not None:
+            return not alive
+        if owner is None:
+            return True
+        if live is None:
+            live = self._live_workers()
+        return owner not in live
+
+    def _live_workers(self) -> set[str]:
+        return {w for (w,) in self._x(
+            f"SELECT worker FROM leases WHERE expires > {self._SQL_NOW}").fetchall()}
+
+
+    # -- the journal -------------------------------------------------------------------
+
+    def _journal(self, call_id: str, state: str, owner: str | None, detail: str | None = None,
+                 at: float | None = None) -> None:
+        """A journal row that is not a call transition (an answer waiting to be applied);
+        transitions are journalled by the triggers on ``calls``."""
+        self._x(
+            "INSERT INTO journal(call_id, state, at, owner, detail) VALUES (?,?,?,?,?)",
+            (call_id, state, at or self._clock(), owner, detail),
+        )
+
+    # -- calls -----------------------------------------------------------------------
+
+    def open_call(
+        self, call_id: str, tool: str, digest: str, args: dict[str, Any],
+        session_id: str | None = None, *, args_json: str | None = None,
+    ) -> CallRecord | None:
+        """Record a new call; return the existing record instead if the id is known.
+
+        ``args_json``: ``canonical_json(args)``, when the caller has it already.
+        """
+        now = self._clock()
+        owner = Owner.token()
+        self._hold(owner)
+        text = canonical_json(args) if args_json is None else args_json
+        with self._lock:
+            # One statement (journalled by its trigger): a new id is the common case.
+            cur = self._x(
+                "INSERT INTO calls(call_id, tool, digest, args, state, owner, "
+                "session_id, created, updated) VALUES (?,?,?,?,'new',?,?,?,?) "
+                "ON CONFLICT DO NOTHING",
+                (call_id, tool, digest, text, owner, session_id, now, now),
+            )
+            if cur.rowcount == 1:
+                self._opened += 1
+                if self.max_history is not None and self._opened % 1024 == 0:
+                    with self._tx():
+                        self._prune(self.max_history)
+                return None
+        with self._tx():
+            existing = self._get_call(call_id)
+            assert existing is not None
+            never_started = existing.state == "abandoned" or (
+                existing.state in ("new", "editing") and self._gone(existing.owner))
+            if never_started and (existing.tool, existing.digest) == (tool, digest):
+                # Never ran: its process died before starting it. Start over (the gate
+                # asks again). Other arguments under this id stay a duplicate call.
+                self._x(
+                    "UPDATE calls SET state='new', owner=?, updated=?, note=? WHERE call_id=?",
+                    (owner, now, "reopened: owner died before start", call_id),
+                )
+                return None
+            return existing
+
+    def _prune(self, keep: int) -> None:
+        """Forget the oldest finished calls beyond `keep` (never pending or running ones)."""
+        terminal = sql_list(PRUNABLE_STATES)
+        (count,) = self._x(
+            f"SELECT COUNT(*) FROM calls WHERE state IN ({terminal})"
+        ).fetchone()
+        excess = count - keep
+        if excess <= 0:
+            return
+        victims = f"SELECT call_id FROM calls WHERE state IN ({terminal}) ORDER BY updated LIMIT ?"
+        for table, column in (("journal", "call_id"), ("requests", "call_id")):
+            self._x(f"DELETE FROM {table} WHERE {column} IN ({victims})", (excess,))
+        self._x(f"DELETE FROM calls WHERE call_id IN ({victims})", (excess,))
+
+    def get_call(self, call_id: str) -> CallRecord:
+        with self._lock:
+            rec = self._get_call(call_id)
+        if rec is None:
+            raise UnknownCallError(
+                f"unknown call id {call_id!r}: no call with this id was made through this store"
+            )
+        return rec
+
+    def _get_call(self, call_id: str) -> CallRecord | None:
+        row = self._x(
+            "SELECT call_id, tool, digest, args, state, request_id, owner, result, session_id, "
+            "created, updated FROM calls WHERE call_id=?",
+            (call_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        return CallRecord(
+            call_id=row[0], tool=row[1], digest=row[2], args=json.loads(row[3]), state=row[4],
+            request_id=row[5], owner=row[6],
+            result=None if row[7] is None else json.loads(row[7]), session_id=row[8],
+            created=row[9], updated=row[10],
+        )
+
+    def start(self, call_id: str, digest: str) -> bool:
+        """Claim the right to run: True for exactly one caller, and only for `digest`."""
+        owner = Owner.token()
+        self._hold(owner)
+        now = self._clock()
+        with self._lock:  # one guarded statement: atomic without a transaction
+            return self._claim(call_id, digest, owner, now)
+
+    def _claim(self, call_id: str, digest: str, owner: str, now: float) -> bool:
+        # The grant is cleared in the statement that uses it: single use.
+        cur = self._x(
+            "UPDATE calls SET state='started', owner=?, grant_digest=NULL, updated=?, note=? "
+            "WHERE call_id=? AND ((state='approved' AND grant_digest=?) "
+            "OR (state='new' AND digest=? AND owner=?))",
+            (owner, now, digest, call_id, digest, digest, owner),
+        )
+        return bool(cur.rowcount == 1)
+
+    def finish(self, call_id: str, state: str, result: Any) -> None:
+        """Record the end of a call this process started (or refused before starting)."""
+        owner = Owner.token()
+        now = self._clock()
+        text = dump(result)
+        with self._lock:
+            self._x(  # idempotent: a second run finds the call no longer in progress
+                "UPDATE calls SET state=?, result=?, updated=?, note=NULL WHERE call_id=? "
+                f"AND owner=? AND state IN ({sql_list(IN_PROGRESS)})",
+                (state, text, now, call_id, owner), retry=True,
+            )
+
+    def grant(self, call_id: str, digest: str, run_args: dict[str, Any]) -> None:
+        """Turn an `editing` call into an `approved` one bound to the edited digest."""
+        owner = Owner.token()
+        self._hold(owner)
+        text = canonical_json(run_args)
+        with self._lock:
+            cur = self._x(
+                "UPDATE calls SET state='approved', grant_digest=?, run_args=?, updated=?, "
+                "note=? WHERE call_id=? AND state='editing' AND owner=?",
+                (digest, text, self._clock(), digest, call_id, owner),
+            )
+        if cur.rowcount != 1:
+            raise ConfirmationStateError(f"call {call_id} is no longer being edited here")
+
+    def in_doubt(self) -> list[CallRecord]:
+        """Mark calls whose worker is gone (its process dead on this host, or its lease
+        expired, seen from any host) — ``started`` ones ``in_doubt``, never-started ones
+        ``abandoned`` — and return every call in doubt."""
+        with self._tx():
+            live: set[str] | None = None
+            for call_id, owner, state in self._x(
+                f"SELECT call_id, owner, state FROM calls WHERE state IN ({sql_list(HELD)})"
+            ).fetchall():
+                if Owner.alive(owner) is None and live is None:
+                    live = self._live_workers()
+                if self._gone(owner, live):
+                    why = ("owner process is gone" if Owner.alive(owner) is False
+                           else "owner's lease expired")
+                    # Guarded on the state read: a worker that finishes meanwhile wins.
+                    self._x(
+                        "UPDATE calls SET state=?, updated=?, note=? "
+                        "WHERE call_id=? AND owner=? AND state=?",
+                        ("in_doubt" if state == "started" else "abandoned", self._clock(),
+                         why, call_id, owner, state),
+                    )
+            # Leases of workers gone for a day: an absent lease counts as expired too.
+            self._x(f"DELETE FROM leases WHERE expires < {self._SQL_NOW} - 86400")
+            rows = self._x(
+                "SELECT call_id FROM calls WHERE state='in_doubt' ORDER BY updated"
+            ).fetchall()
+            return [rec for (cid,) in rows if (rec := self._get_call(cid)) is not None]
+
+    def count_requests(self, call_id: str) -> int:
+        with self._lock:
+            (n,) = self._x(
+                "SELECT COUNT(*) FROM requests WHERE call_id=?", (call_id,)
+            ).fetchone()
+        return int(n)
+
+    def journal(self, call_id: str) -> list[tuple[str, float, str | None]]:
+        with self._lock:
+            return [
+                (state, at, detail)
+                for state, at, detail in self._x(
+                    "SELECT state, at, detail FROM journal WHERE call_id=? ORDER BY seq",
+                    (call_id,),
+                )
+            ]
+
+    # -- requests --------------------------------------------------------------------
+
+    def park(
+        self, *, call_id: str, tool: str, args: dict[str, Any], digest: str, hint: str,
+        payload: Any, kind: str, expires_at: float | None,
+        details: dict[str, Any] | None = None, edited_from: str | None = None,
+        session_id: str | None = None, args_json: str | None = None,
+    ) -> tuple[str, float]:
+        """Park a confirmation request for a call in progress here: its id and creation time."""
+        rid = new_id("cf")
+        now = self._clock()
+        owner = Owner.token()
+        self._hold(owner)
+        text = canonical_json(args) if args_json is None else args_json
+        row = (rid, call_id, tool, text, digest, hint, dump(payload), kind,
+               dump(details) if details else "{}", now, expires_at, edited_from, session_id)
+        with self._tx():
+            # The bound on pending requests is checked in the guarded update itself.
+            cur = self._x(
+                "UPDATE calls SET state='awaiting', request_id=?, owner=?, updated=?, note=? "
+                f"WHERE call_id=? AND state IN ({sql_list(PARKABLE)}) AND owner=? "
+                "AND (SELECT COUNT(*) FROM requests WHERE status='pending') < ?",
+                (rid, owner, now, rid, call_id, owner, self.max_pending),
+            )
+            if cur.rowcount == 1 and session_id is not None and (
+                    self.max_pending_per_session is not None):
+                (mine,) = self._x(
+                    "SELECT COUNT(*) FROM requests WHERE status='pending' AND session_id=?",
+                    (session_id,)).fetchone()
+                if mine >= self.max_pending_per_session:
+                    raise ConfirmationStateError(  # raised inside: the update rolls back
+                        f"session {session_id} already has {mine} confirmation requests "
+                        f"pending (max_pending_per_session={self.max_pending_per_session}); "
+                        "answer or expire some first")
+            if cur.rowcount != 1:
+                (count,) = self._x(
+                    "SELECT COUNT(*) FROM requests WHERE status='pending'"
+                ).fetchone()
+                if count >= self.max_pending:
+                    raise ConfirmationStateError(
+                        f"{count} confirmation requests are already pending (max_pending="
+                        f"{self.max_pending}); answer or expire some, or raise max_pending"
+                    )
+                raise ConfirmationStateError(
+                    f"call {call_id} cannot wait for confirmation: it is not in progress here"
+                )
+            self._x(
+                "INSERT INTO requests(id, call_id, tool, args, digest, hint, payload, kind, "
+                "details, status, created, expires, edited_from, session_id) "
+                "VALUES (?,?,?,?,?,?,?,?,?,'pending',?,?,?,?)",
+                row,
+            )
+        return rid, now
+
+    def decide(
+        self,
+        request_id: str,
+        *,
+        status: str,
+        outcome: str | None = None,
+        reason: str | None = None,
+        decided_by: str | None = None,
+        channel: str | None = None,
+        decision: dict[str, Any] | str | None = None,
+        call_result: Any = None,
+        start: bool = False,
+    ) -> None:
+        """Record the one decision a pending request gets; raise if it already has one.
+
+        ``status`` is the request's final status (approved, denied, timed_out, error,
+        edited). Approving also grants the call, bound to the request's digest; an edit
+        leaves the call ``editing`` until `grant` or `add_request` continues it.
+
+        ``start=True`` with an approval also claims that grant for this process in the
+        same transaction (what `start` does), for a caller that runs the call right
+        away: the journal still reads approved → started, and no other process can
+        claim the grant in between.
+
+        ``decision`` is the decision as a JSON-able dict, or already as JSON text.
+        """
+        now = self._clock()
+        owner = Owner.token()
+        self._hold(owner)
+        decision_text = decision if isinstance(decision, str) else dump(decision)
+        result_text = dump(call_result)
+        with self._tx():
+            if outcome in HUMAN_OUTCOMES:
+                # A human's answer recorded first by another channel wins over this one.
+                row = self._x(
+                    "SELECT a.decision, a.decided_by, a.channel FROM answers a JOIN requests "
+                    "r ON r.id = a.request_id WHERE a.request_id=? AND r.status='pending'",
+                    (request_id,)).fetchone()
+                if row is not None:
+                    check_waiting_answer(request_id, outcome, row[0], row[1] or row[2])
+            # The common case in one guarded statement: a pending, unexpired request.
+            values = (status, now, outcome, reason, decided_by, channel, decision_text,
+                      request_id)
+            hit: tuple[str, str] | None = None
+            if self._returning:
+                rows = self._x(
+                    "UPDATE requests SET status=?, decided=?, outcome=?, reason=?, "
+                    "decided_by=?, channel=?, decision=? WHERE id=? AND status='pending' "
+                    "AND (expires IS NULL OR ? <= expires) RETURNING call_id, digest",
+                    (*values, now),
+                ).fetchall()
+                hit = rows[0] if rows else None
+            else:
+                row = self._x(
+                    "SELECT status, expires, call_id, digest FROM requests WHERE id=?",
+                    (request_id,),
+                ).fetchone()
+                if row is not None and row[0] == "pending" and (row[1] is None
+                                                                or now <= row[1]):
+                    self._x(
+                        "UPDATE requests SET status=?, decided=?, outcome=?, reason=?, "
+                        "decided_by=?, channel=?, decision=? WHERE id=? AND status='pending'",
+                        values,
+                    )
+                    hit = (row[2], row[3])
+            if hit is not None:
+                call_id, digest = hit
+                self._decide_call(request_id, call_id, digest, now, owner, status=status,
+                                  by=decided_by or channel, call_result=result_text)
+                if start and status == "approved" and not self._claim(call_id, digest, owner,
+                                                                       now):
+                    # Raised inside the transaction: the decision is rolled back too.
+                    raise ConfirmationStateError(
+                        f"call {call_id} of confirmation {request_id} is no longer waiting "
+                        "for it; nothing was run"
+                    )
+                return
+            req = self._get_request(request_id)
+            if req is None:
+                raise UnknownConfirmationError(
+                    f"unknown confirmation id {request_id!r}: it was never issued by this "
+                    "store (check the id, and that you opened the same store file)"
+                )
+            if req.status == "timed_out":
+                raise ConfirmationTimedOutError(timed_out_message(req))
+            if req.status != "pending":
+                row = self._x(
+                    "SELECT decided_by, channel, decided FROM requests WHERE id=?", (request_id,)
+                ).fetchone()
+                who = row[0] or row[1] or "another decider"
+                raise ConfirmationStateError(
+                    f"confirmation {request_id} was already answered ({req.status}, by {who}); "
+                    "a confirmation is answered once and a grant is used once"
+                )
+            expired = req.expires_at is not None and now > req.expires_at.timestamp() and (
+                status in ("approved", "denied", "edited"))
+            if expired:
+                # Recorded (committed) as timed out before the refusal is raised.
+                self._expire(req, now)
+            else:
+                # Pending and expired, but the status recorded is itself a failure
+                # (timed_out, error): record it as given.
+                self._x(
+                    "UPDATE requests SET status=?, decided=?, outcome=?, reason=?, "
+                    "decided_by=?, channel=?, decision=? WHERE id=? AND status='pending'",
+                    values,
+                )
+                self._decide_call(req.id, req.call_id, req.digest, now, owner, status=status,
+                                  by=decided_by or channel, call_result=result_text)
+        if expired:
+            raise ConfirmationTimedOutError(timed_out_message(req))
+
+    def _decide_call(self, request_id: str, call_id: str, digest: str, now: float,
+                     owner: str, *, status: str, by: str | None,
+                     call_result: str | None) -> None:
+        """Move the call waiting on a just-decided request (approving grants `digest`)."""
+        self._notify_answer(request_id)
+        if status == "approved":
+            call_state, grant = "approved", digest
+        elif status == "edited":
+            call_state, grant = "editing", None
+        else:
+            call_state, grant = status, None
+        self._x(
+            "UPDATE calls SET state=?, grant_digest=?, owner=?, result=?, updated=?, note=? "
+            "WHERE call_id=? AND state='awaiting' AND request_id=?",
+            (call_state, grant, owner, call_result, now, f"{request_id} by {by}", call_id,
+             request_id),
+        )
+
+    def _expire(self, req: ConfirmationRequest, now: float) -> None:
+        self._notify_answer(req.id)
+        self._x(
+            "UPDATE requests SET status='timed_out', decided=?, outcome='timeout', "
+            "reason='expired before an answer' WHERE id=? AND status='pending'",
+            (now, req.id),
+        )
+        result = {"status": "timed_out", "error": f"Confirmation timed out: {req.id} expired "
+                  "before anyone answered it. The tool was not run."}
+        self._x(
+            "UPDATE calls SET state='timed_out', result=?, updated=?, note=? WHERE call_id=? "
+            "AND state='awaiting' AND request_id=?",
+            (dump(result), now, f"{req.id} expired", req.call_id, req.id),
+        )
+
+    # -- answers from other processes --------------------------------------------------
+
+    def submit_answer(self, request_id: str, decision: Any, *,
+                      decided_by: str | None = None, channel: str | None = None) -> None:
+        """Record a human's answer for the process that holds the tool to apply.
+
+        Channels that do not hold the tool (a web page, the CLI, another process) answer
+        here; the first answer wins and any later one is refused with a clear error. The
+        answer takes effect when the runner owning the call applies it (its provider is
+        waiting for it, or `ToolRunner.resume`/`apply_answers` is called).
+
+        ``decision`` is a `Decision`, a `ToolConfirmation`, a bool, or a dict / JSON text
+        in either shape. It is checked here: a malformed answer raises
+        `ConfigurationError` and is not recorded, so it cannot block the real one.
+        """
+        checked = parse_answer(decision, channel=channel or "answer")
+        if decided_by is not None and checked.decided_by is None:
+            checked = checked.model_copy(update={"decided_by": decided_by})
+        decision = checked.model_dump(mode="json", exclude_none=True)
+        now = self._clock()
+        with self._tx():
+            req = self._get_request(request_id)
+            if req is None:
+                raise UnknownConfirmationError(
+                    f"unknown confirmation id {request_id!r}: it was never issued by this store"
+                )
+            if req.status == "timed_out":
+                raise ConfirmationTimedOutError(timed_out_message(req))
+            if req.status != "pending":
+                raise ConfirmationStateError(
+                    f"confirmation {request_id} was already answered ({req.status})"
+                )
+            expired = req.expires_at is not None and now > req.expires_at.timestamp()
+            if expired:
+                # Recorded (committed) as timed out before the refusal is raised.
+                self._expire(req, now)
+            else:
+                cur = self._x(
+                    "INSERT INTO answers(request_id, decision, decided_by, channel, "
+                    "at) VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING",
+                    (request_id, canonical_json(decision), decided_by, channel, now),
+                )
+                if cur.rowcount != 1:
+                    raise ConfirmationStateError(
+                        f"confirmation {request_id} already has an answer waiting to be "
+                        "applied; a confirmation is answered once"
+                    )
+                self._journal(req.call_id, "answered", None,
+                              f"{request_id} by {decided_by or channel}", now)
+                self._notify_answer(request_id)
+        if expired:
+            raise ConfirmationTimedOutError(timed_out_message(req))
+
+    def get_answer(self, request_id: str) -> dict[str, Any] | None:
+        """The answer submitted for a request and not yet applied, if any."""
+        with self._lock:
+            row = self._x(
+                "SELECT a.decision, a.decided_by, a.channel FROM answers a "
+                "JOIN requests r ON r.id = a.request_id WHERE a.request_id=? AND r.status='pending'",
+                (request_id,),
+            ).fetchone()
+        if row is None:
+            return None
+        decision = dict(json.loads(row[0]))
+        decision.setdefault("decided_by", row[1])
+        decision.setdefault("channel", row[2])
+        return {k: v for k, v in decision.items() if v is not None}
+
+    def answer_states(self, request_ids: Sequence[str]) -> dict[str, tuple[str, dict[str, Any] | None]]:
+        """For each known id: its status and the answer waiting to be applied, if any.
+
+        One query for many waiters: what a provider polling the store for answers uses.
+        """
+        out: dict[str, tuple[str, dict[str, Any] | None]] = {}
+        ids = list(request_ids)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            with self._lock:
+                rows = self._x(
+                    "SELECT r.id, r.status, a.decision, a.decided_by, a.channel FROM requests r "
+                    f"LEFT JOIN answers a ON a.request_id = r.id WHERE r.id IN ({marks})",
+                    chunk,
+                ).fetchall()
+            for rid, status, raw, decided_by, channel in rows:
+                answer: dict[str, Any] | None = None
+                if raw is not None and status == "pending":
+                    answer = dict(json.loads(raw))
+                    answer.setdefault("decided_by", decided_by)
+                    answer.setdefault("channel", channel)
+                    answer = {k: v for k, v in answer.items() if v is not None}
+                out[rid] = (status, answer)
+        return out
+
+    def answered_requests(self) -> list[ConfirmationRequest]:
+        """Pending requests that have an answer waiting to be applied."""
+        with self._lock:
+            rows = self._x(
+                f"SELECT {REQUEST_COLUMNS.replace('id,', 'r.id,', 1)} FROM requests r "
+                "JOIN answers a ON a.request_id = r.id WHERE r.status='pending' "
+                "ORDER BY a.at"
+            ).fetchall()
+        return [request_from_row(r) for r in rows]
+
+    def get_request(self, request_id: str) -> ConfirmationRequest:
+        with self._lock:
+            req = self._get_request(request_id)
+        if req is None:
+            raise UnknownConfirmationError(
+                f"unknown confirmation id {request_id!r}: it was never issued by this store"
+            )
+        return req
+
+    def request_decision(self, request_id: str) -> dict[str, Any] | None:
+        """The recorded decision of an answered request (outcome, reason, who, channel)."""
+        with self._lock:
+            row = self._x(
+                "SELECT status, outcome, reason, decided_by, channel, decided, decision "
+                "FROM requests WHERE id=?",
+                (request_id,),
+            ).fetchone()
+        if row is None or row[0] == "pending":
+            return None
+        return {
+            "status": row[0], "outcome": row[1], "reason": row[2], "decided_by": row[3],
+            "channel": row[4], "decided_at": dt(row[5]),
+            "decision": None if row[6] is None else json.loads(row[6]),
+        }
+
+    def _get_request(self, request_id: str) -> ConfirmationRequest | None:
+        row = self._x(
+            f"SELECT {REQUEST_COLUMNS} FROM requests WHERE id=?", (request_id,)
+        ).fetchone()
+        return None if row is None else request_from_row(row)
+
+    def pending(self, *, session_id: str | None = None) -> list[ConfirmationRequest]:
+        """Requests still waiting for an answer, oldest first; expired ones are closed."""
+        now = self._clock()
+        with self._tx():
+            for row in self._x(
+                f"SELECT {REQUEST_COLUMNS} FROM requests WHERE status='pending' "
+                "AND expires IS NOT NULL AND expires < ?",
+                (now,),
+            ).fetchall():
+                self._expire(request_from_row(row), now)
+            query = f"SELECT {REQUEST_COLUMNS} FROM requests WHERE status='pending'"
+            params: tuple[Any, ...] = ()
+            if session_id is not None:
+                query += " AND session_id=?"
+                params = (session_id,)
+            rows = self._x(query + " ORDER BY created, id", params).fetchall()
+        return [request_from_row(r) for r in rows]
+
+
+    def list_pending(self, *, limit: int, after: str | None = None,
+                     session_id: str | None = None) -> Page:
+        self._check_page(limit)
+        now = self._clock()
+        where = "status='pending'"
+        params: list[Any] = []
+        if session_id is not None:
+            where += " AND session_id=?"
+            params.append(session_id)
+        with self._tx():
+            for row in self._x(
+                f"SELECT {REQUEST_COLUMNS} FROM requests WHERE status='pending' "
+                "AND expires IS NOT NULL AND expires < ?", (now,),
+            ).fetchall():
+                self._expire(request_from_row(row), now)
+            (total,) = self._x(
+                f"SELECT COUNT(*) FROM requests WHERE {where}", params).fetchone()
+            query = f"SELECT {REQUEST_COLUMNS} FROM requests WHERE {where}"
+            if after is not None:
+                query += " AND (created, id) > (SELECT created, id FROM requests WHERE id=?)"
+                params.append(after)
+            rows = self._x(query + " ORDER BY created, id LIMIT ?",
+                                    (*params, limit + 1)).fetchall()
+        items = [request_from_row(r) for r in rows[:limit]]
+        return Page(items=items, next=items[-1].id if len(rows) > limit else None,
+                    total=int(total))
+
+    # -- rules ---------------------------------------------------------------------------
+
+    def add_rules(self, rules: Sequence[Rule]) -> None:
+        with self._tx():
+            self._xmany(
+                f"INSERT INTO rules({RULE_COLUMNS}) VALUES "
+                "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                [rule_row(rule) for rule in rules],
+            )
+
+    def active_rules(self, tool: str, session_id: str | None, now: float) -> list[Rule]:
+        with self._lock:
+            rows = self._x(
+                f"SELECT {RULE_COLUMNS} FROM rules WHERE tool=? AND revoked IS NULL "
+                "AND expires>? AND (scope='always' OR session_id=?) ORDER BY created",
+                (tool, now, session_id or ""),
+            ).fetchall()
+        return [rule_from_row(r) for r in rows]
+
+    def mark_rules_used(self, rule_ids: Sequence[str], now: float) -> None:
+        with self._tx():
+            for rule_id in rule_ids:
+                self._x(
+                    "UPDATE rules SET uses=uses+1, last_used=? WHERE id=?", (now, rule_id))
+
+    def get_rule(self, rule_id: str) -> Rule | None:
+        with self._lock:
+            row = self._x(
+                f"SELECT {RULE_COLUMNS} FROM rules WHERE id=?", (rule_id,)).fetchone()
+        return None if row is None else rule_from_row(row)
+
+    def list_rules(self, *, include_inactive: bool, tool: str | None,
+                   now: float) -> list[Rule]:
+        query = f"SELECT {RULE_COLUMNS} FROM rules"
+        where: list[str] = []
+        params: list[Any] = []
+        if not include_inactive:
+            where.append("revoked IS NULL AND expires>?")
+            params.append(now)
+        if tool is not None:
+            where.append("tool=?")
+            params.append(tool)
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        with self._lock:
+            rows = self._x(query + " ORDER BY created, id", params).fetchall()
+        return [rule_from_row(r) for r in rows]
+
+    def revoke_rule(self, rule_id: str, by: str | None, now: float) -> bool:
+        """Revoke a rule (once); False when no rule has this id."""
+        with self._tx():
+            cur = self._x(
+                "UPDATE rules SET revoked=?, revoked_by=? WHERE id=? AND revoked IS NULL",
+                (now, by, rule_id),
+            )
+            return cur.rowcount == 1 or self._x(
+                "SELECT 1 FROM rules WHERE id=?", (rule_id,)).fetchone() is not None
+
+    # -- the audit anchor ------------------------------------------------------------------
+
+    def audit_head(self, log: str) -> tuple[int, str] | None:
+        with self._lock:
+            row = self._x(
+                "SELECT value FROM meta WHERE key=?", (f"audit:{log}",)).fetchone()
+        if row is None:
+            return None
+        count, last_hash = str(row[0]).split(":", 1)
+        return int(count), last_hash
+
+    def anchor_audit(self, log: str, count: int, last_hash: str) -> None:
+        with self._lock:
+            self._x(
+                "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
+                "SET value=excluded.value", (f"audit:{log}", f"{count}:{last_hash}"))
+
+
+def rule_row(rule: Rule) -> tuple[Any, ...]:
+    def ts(value: datetime | None) -> float | None:
+        return None if value is None else value.timestamp()
+
+    return (
+        rule.id, rule.tool, rule.kind,
+        None if rule.words is None else json.dumps(list(rule.words), ensure_ascii=False),
+        int(rule.prefix), None if rule.args is None else canonical_json(rule.args),
+        rule.digest, rule.scope, rule.session_id, ts(rule.created_at), ts(rule.expires_at),
+        rule.created_by, rule.channel, rule.request_id, ts(rule.revoked_at), rule.revoked_by,
+        rule.uses, ts(rule.last_used_at),
+    )
+
+
+def utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=timezone.utc)
+
+
+def rule_from_row(row: tuple[Any, ...]) -> Rule:
+    return Rule(
+        id=row[0], tool=row[1], kind=row[2],
+        words=None if row[3] is None else tuple(json.loads(row[3])), prefix=bool(row[4]),
+        args=None if row[5] is None else json.loads(row[5]), digest=row[6], scope=row[7],
+        session_id=row[8], created_at=utc(row[9]), expires_at=utc(row[10]),
+        created_by=row[11], channel=row[12], request_id=row[13], revoked_at=dt(row[14]),
+        revoked_by=row[15], uses=row[16], last_used_at=dt(row[17]),
+    )
+
+
