@@ -22,7 +22,7 @@ from sandbox.bash.child import (
     zygote_steps,
 )
 from sandbox.bash.confinement import pid_namespace
-from sandbox.bash.spawner import _recv, _send
+from sandbox.bash.spawner import STALE, _recv, _send
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _PR_SET_PDEATHSIG = 1
@@ -36,9 +36,15 @@ _MAX_FD = 1 << 30
 
 class _Job:
     def __init__(self, pid: int, reply: socket.socket, kill_files: list[str],
-                 started_r: int, held: list[int]) -> None:
+                 started_r: int, held: list[int], offered: _Zygote | None = None) -> None:
         self.pid = pid
         self.held = held  # closed once the child is reaped
+        # A zygote offered to the agent: its key until the agent says it took it (and
+        # sends kill_files and the "started" pipe); None for a command we started.
+        self.offered: Any = offered.key if offered is not None else None
+        self.taken = offered is None
+        # The zygote waits on this socket too: it stays open while the job lives.
+        self.zygote_sock = offered.sock if offered is not None else None
         self.reply = reply
         self.kill_files = kill_files
         # The agent's "started" pipe: end of file once the child has exec'd (and so has
@@ -47,6 +53,8 @@ class _Job:
 
     def close(self) -> None:
         self.reply.close()
+        if self.zygote_sock is not None:
+            self.zygote_sock.close()
         for fd in self.held:
             os.close(fd)
         self.held = []
@@ -122,6 +130,9 @@ class _Zygote:
         self.key = key
         self.prepared, early = zygote_preparation(key)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # The agent's way in: offered to it once the zygote is ready, so that its next
+        # command goes straight to the zygote, without a round trip through us.
+        agents, requests = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             with pid_namespace() if key is not None and key.private_proc else (
                     contextlib.nullcontext("")) as problem:  # fmt: skip
@@ -130,15 +141,21 @@ class _Zygote:
                 pid = os.fork()
                 if pid == 0:
                     ours.close()
-                    _zygote_main(theirs, early, self.prepared)
+                    agents.close()
+                    _zygote_main(theirs, requests, early, self.prepared)
         except BaseException:
             ours.close()
+            agents.close()
             raise
         finally:
             theirs.close()
+            requests.close()
         self.pid = pid
         self.sock = ours
+        self.agents: socket.socket | None = agents
         self.pidfd = os.pidfd_open(pid)
+        self.held: list[int] = []  # its mount namespace, once it said it is ready
+        self.ready = False
 
     def usable_for(self, key: Any) -> bool:
         if key != self.key or select.select([self.pidfd], [], [], 0)[0]:
@@ -156,6 +173,9 @@ class _Zygote:
 
     def close(self) -> None:
         self.sock.close()
+        if self.agents is not None:
+            self.agents.close()
+            self.agents = None
         if self.pidfd >= 0:
             os.close(self.pidfd)
             self.pidfd = -1
@@ -164,9 +184,10 @@ class _Zygote:
             self.prepared = None
 
 
-def _zygote_main(sock: socket.socket, early: Any, prepared: Any) -> None:
-    """In a zygote: namespaces now, then wait for the request and become the command.
-    Never returns."""
+def _zygote_main(sock: socket.socket, requests: socket.socket, early: Any,
+                 prepared: Any) -> None:  # fmt: skip
+    """In a zygote: namespaces now, then wait for the request (from us, or straight
+    from the agent) and become the command. Never returns."""
     started_w = -1
     try:
         _die_with_spawner()
@@ -181,10 +202,19 @@ def _zygote_main(sock: socket.socket, early: Any, prepared: Any) -> None:
         else:
             _send(sock, ("ready",))
         try:
-            request, fds = _recv(sock)
+            ready, _, _ = select.select([sock, requests], [], [])
+            # Ours first: handing a request over, we close the agent's way in.
+            source = sock if sock in ready else requests
+            request, fds = _recv(source)
         except (EOFError, OSError):
-            os._exit(0)  # discarded
+            os._exit(0)  # discarded (by us, or by the agent)
         out_w, err_w, started_w, passed = fds[0], fds[1], fds[2], fds[3:]
+        if source is requests and prepared is not None:
+            # Straight from the agent: check here what we would have checked before
+            # handing it over (nothing it was prepared from may have changed since).
+            stale = prepared.stale_in_zygote()
+            if stale:
+                raise OSError(f"{STALE}: {stale}")
         setup = request["setup"]
         preexec = zygote_steps(setup, prepared) if setup is not None else None
     except BaseException as e:
@@ -215,6 +245,8 @@ def _start(request: dict[str, Any], fds: list[int]) -> tuple[int, str | None]:
 
 
 def _kill(job: _Job) -> None:
+    if job.pid < 0:
+        return  # a revoked zygote, already reaped
     # Until it has exec'd, the child may not be in its cgroups yet: a cgroup.kill now
     # would miss it. Its setup is short and runs no user code.
     if job.started_r >= 0:
@@ -233,6 +265,7 @@ def _kill(job: _Job) -> None:
 
 def _finish(jobs: dict[int, _Job]) -> None:
     """Kill every tree still running, give SIGTERM handlers 50 ms, then SIGKILL."""
+    jobs = {key: job for key, job in jobs.items() if job.pid > 0}
     for job in jobs.values():
         _kill(job)
     deadline = time.monotonic() + 0.05
@@ -273,20 +306,31 @@ def serve(fd: int, agent: int) -> None:
     poller = select.poll()
     poller.register(control.fileno(), select.POLLIN)
     poller.register(agent_fd, select.POLLIN)
-    zygote: _Zygote | None = None
+    zygote: _Zygote | None = None  # being made, or ready and not offered yet
     wanted: list[Any] = []  # the key of the zygote to make when idle
     try:
         while True:
-            events = poller.poll(0 if wanted else None)
-            if not events and wanted:
+            events = poller.poll(0 if wanted and zygote is None else None)
+            if not events and wanted and zygote is None:
                 try:
                     zygote = _Zygote(wanted.pop())
+                    poller.register(zygote.sock.fileno(), select.POLLIN)
                 except OSError:
                     zygote = None  # the next request forks the usual way
                 continue
-            for ready, _event in events:
-                if ready == agent_fd:
-                    return  # the agent died: finally kills everything
+            # One event per poll: handling one closes and makes descriptors, so the
+            # numbers in the rest of this batch may already name something else.
+            if any(ready == agent_fd for ready, _ in events):
+                return  # the agent died: finally kills everything
+            for ready, _event in events[:1]:
+                if zygote is not None and ready == zygote.sock.fileno():
+                    poller.unregister(ready)
+                    job = _offer(control, zygote)
+                    if job is not None:
+                        jobs[job.reply.fileno()] = job
+                        poller.register(job.reply.fileno(), select.POLLIN)
+                    zygote = None
+                    continue
                 if ready == control.fileno():
                     try:
                         request, fds = _recv(control)
@@ -295,20 +339,29 @@ def serve(fd: int, agent: int) -> None:
                     reply = socket.socket(fileno=fds[2])
                     setup = request["setup"]
                     key = zygote_key(setup) if setup is not None else _NO_ZYGOTE
+                    # An offer the agent did not take for this request is for another
+                    # key (or came too late): revoked, its sending then fails.
+                    for other in jobs.values():
+                        if not other.taken and other.offered != key:
+                            _revoke(other)
                     try:
                         held: list[int] = []
                         error: str | None = "no zygote"
                         if zygote is not None and zygote.usable_for(key):
+                            poller.unregister(zygote.sock.fileno())
                             pid, error, held = _hand_over(zygote, request, fds)
                         if error is None:
                             assert zygote is not None
                             zygote.close()
                         else:
                             if zygote is not None:
+                                with contextlib.suppress(KeyError):
+                                    poller.unregister(zygote.sock.fileno())
                                 zygote.discard()
                             pid, error = _start(request, fds)
                         zygote = None
-                        wanted[:] = [key] if key is not _NO_ZYGOTE else []
+                        offered = any(not j.taken and j.offered == key for j in jobs.values())
+                        wanted[:] = [key] if key is not _NO_ZYGOTE and not offered else []
                     finally:
                         for extra in (fds[0], fds[1], fds[3], *fds[5:]):
                             os.close(extra)
@@ -338,11 +391,23 @@ def serve(fd: int, agent: int) -> None:
                 job = found
                 try:
                     message, passed = _recv(job.reply)
-                    for leftover in passed:
-                        os.close(leftover)
                 except (EOFError, OSError):
-                    message = None
-                if message != ("reap",):
+                    message, passed = None, []
+                if (not job.taken and isinstance(message, tuple) and message[:1] == ("taken",)
+                        and len(passed) == 1):  # fmt: skip
+                    # The agent gave its command straight to the zygote we offered.
+                    job.taken = True
+                    job.kill_files = list(message[1])
+                    job.started_r = passed[0]
+                    if zygote is None and job.offered is not None:
+                        wanted[:] = [job.offered]
+                    continue
+                for leftover in passed:
+                    os.close(leftover)
+                if not job.taken:
+                    _revoke(job)  # an offer the agent let go of
+                    status = None
+                elif message != ("reap",):
                     _kill(job)  # the agent let go of the command without reaping it
                     _finish({job.pid: job})
                     status = None
@@ -365,6 +430,50 @@ def serve(fd: int, agent: int) -> None:
 
 # Requests without a setup (nothing to do between fork and exec) need no zygote.
 _NO_ZYGOTE = object()
+
+
+def _offer(control: socket.socket, zygote: _Zygote) -> _Job | None:
+    """The zygote said it is ready: offer it to the agent (its request socket, a reply
+    socket to us, its pidfd), and watch it as a job not taken yet."""
+    try:
+        ready, held = _recv(zygote.sock)
+        if ready != ("ready",) or zygote.agents is None:
+            raise OSError(f"it said {ready!r}")
+    except (EOFError, OSError):
+        zygote.discard()
+        return None
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    job = _Job(zygote.pid, ours, [], -1, held, offered=zygote)
+    try:
+        _send(control, ("offer", zygote.pid, zygote.key),
+              [zygote.agents.fileno(), theirs.fileno(), zygote.pidfd])  # fmt: skip
+    except OSError:
+        _revoke(job)
+        job.close()
+        zygote.close()
+        return None
+    finally:
+        theirs.close()
+    zygote.agents.close()
+    zygote.agents = None
+    if zygote.pidfd >= 0:
+        os.close(zygote.pidfd)
+        zygote.pidfd = -1
+    if zygote.prepared is not None:
+        zygote.prepared.close()  # our copy of its ruleset
+        zygote.prepared = None
+    return job
+
+
+def _revoke(job: _Job) -> None:
+    """Kill an offered zygote the agent has not taken (it runs no user code)."""
+    if job.taken or job.pid < 0:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(job.pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(job.pid, 0)
+    job.pid = -1
 
 
 def _hand_over(zygote: _Zygote, request: dict[str, Any], fds: list[int]

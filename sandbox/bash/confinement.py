@@ -43,11 +43,13 @@ enough to own, and let all allocation happen before the fork.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import ctypes
 import dataclasses
 import errno
 import fcntl
+import mmap
 import os
 import platform
 import socket
@@ -554,6 +556,9 @@ class _EtcSecrets:
     def __init__(self) -> None:
         self._entries: list[tuple[bytes, bool]] | None = None
         self.generation = 0  # bumped by every scan
+        # The same, in memory shared with the children forked from here (a zygote
+        # compares it with the generation it was prepared with).
+        self._shared = mmap.mmap(-1, 8)
         self._inotify = -1
         self.placeholders: tuple[bytes, bytes, bytes] | None = None  # root, file, dir
 
@@ -587,7 +592,18 @@ class _EtcSecrets:
                           f"(more than {self._MAX} to cover)")  # fmt: skip
         self._entries = found
         self.generation += 1
+        self._shared[:8] = struct.pack("=Q", self.generation)
         return found
+
+    def stale_since(self, generation: int) -> bool:
+        """In a forked child: whether /etc changed since `generation` was current in
+        the process it was forked from (events queued, or a later scan there). Reads
+        nothing off the queue."""
+        if struct.unpack("=Q", self._shared[:8])[0] != generation or self._inotify < 0:
+            return True
+        pending = array.array("i", [0])
+        fcntl.ioctl(self._inotify, _FIONREAD, pending, True)
+        return pending[0] > 0
 
     def _changed(self) -> bool:
         if self._inotify < 0:
@@ -624,6 +640,7 @@ class _EtcSecrets:
 
 
 _etc_secrets = _EtcSecrets()
+_FIONREAD = 0x541B
 
 
 # --------------------------------------------------------------------------- Landlock
@@ -1135,6 +1152,17 @@ class Prepared:
             _etc_secrets.entries()
             return _etc_secrets.generation == self._etc_generation
         return True
+
+    def stale_in_zygote(self) -> str:
+        """In a zygote (forked after this was prepared), given a request straight from
+        the agent: '' if what was prepared still matches the machine, else what
+        changed. Reads the shared state without touching the forking process's."""
+        if self._rules is not None and not self._rules.fresh():
+            return "a path of a Landlock rule was replaced"
+        if self.confinement.hide_etc_secrets and _etc_secrets.stale_since(
+                self._etc_generation):  # fmt: skip
+            return "/etc changed"
+        return ""
 
     def grant_private_paths(self, paths: tuple[str, ...]) -> None:
         """Add read-write rules for `paths` to this (not yet applied) ruleset: a zygote

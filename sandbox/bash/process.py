@@ -45,11 +45,11 @@ from typing import Any
 import anyio
 
 from sandbox.bash.capture import BoundedCapture, drain_buffered, pump, set_pipe_size
-from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue
+from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue, zygote_key
 from sandbox.bash.confinement import ConfinementRequest, describe_kernel, plan
 from sandbox.bash.confinement import detect as detect_confinement
 from sandbox.bash.containment import MECHANISMS, Tree, availability, choose, open_tree
-from sandbox.bash.spawner import SpawnedProcess, Spawner, SpawnerError
+from sandbox.bash.spawner import STALE, SpawnedProcess, Spawner, SpawnerError
 from sandbox.errors import ConfigurationError, SandboxError
 
 __all__ = [
@@ -225,9 +225,13 @@ class BashProcess:
         setup: ChildSetup | None,
         pass_fds: tuple[int, ...] = (),
         kill_files: tuple[str, ...] = (),
+        use_offer: bool = True,
     ) -> BashProcess:
         """Start ``argv`` through this process's spawner (`sandbox.bash.spawner`): the
-        agent never forks itself, and the spawner kills the tree if the agent dies."""
+        agent never forks itself, and the spawner kills the tree if the agent dies.
+        With `use_offer`, a zygote the spawner has ready for this setup takes it
+        straight from us."""
+        key = zygote_key(setup) if setup is not None else None
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         try:
@@ -238,7 +242,8 @@ class BashProcess:
             try:
                 spawned = Spawner.shared().spawn(
                     argv, cwd=cwd, env=dict(env), setup=setup, stdout_w=out_w,
-                    stderr_w=err_w, pass_fds=pass_fds, kill_files=kill_files)
+                    stderr_w=err_w, pass_fds=pass_fds, kill_files=kill_files,
+                    zygote_key=key, use_offer=use_offer)
             except SpawnerError:
                 # One retry with a new spawner: the old one may have died between
                 # commands (it is restarted on the next use).
@@ -571,22 +576,36 @@ async def run_bash(
         if prologue is not None:
             # The command string is always last: wrappers only prepend.
             argv[-1] = shell_prologue(prologue, posix_mode=bash_posix_mode(env)) + argv[-1]
-        try:
-            process = BashProcess.spawn(
-                argv, cwd=workdir, env=env, setup=child_setup, pass_fds=tree.pass_fds,
-                kill_files=tree.kill_files,
+        # A zygote given the command straight from us may find that what it was
+        # prepared from changed since (/etc, a workspace made again): it runs nothing
+        # and says so, and the command goes through the spawner instead. Not with
+        # descriptors to pass (the subreaper's), which are ours only once.
+        offer = not tree.pass_fds
+        for attempt in (1, 2):
+            try:
+                process = BashProcess.spawn(
+                    argv, cwd=workdir, env=env, setup=child_setup, pass_fds=tree.pass_fds,
+                    kill_files=tree.kill_files, use_offer=offer and attempt == 1,
+                )
+            except SpawnerError as e:
+                raise SandboxError(
+                    f"{e}: moving it into its cgroups, setting rlimits, confining it or "
+                    "dropping privileges failed; run `sandbox doctor` to see what works "
+                    "here"
+                ) from None
+            finally:
+                tree.spawned()
+            out, err, returncode, timed_out, killed = await _supervise(
+                process, tree, timeout, max_output_bytes
             )
-        except SpawnerError as e:
-            raise SandboxError(
-                f"{e}: moving it into its cgroups, setting rlimits, confining it or "
-                "dropping privileges failed; run `sandbox doctor` to see what works here"
-            ) from None
-        finally:
-            tree.spawned()
-        out, err, returncode, timed_out, killed = await _supervise(
-            process, tree, timeout, max_output_bytes
-        )
-        setup_error = process.setup_error()
+            setup_error = process.setup_error()
+            if setup_error is None or STALE not in setup_error or attempt == 2:
+                break
+            try:
+                process.reap()
+            finally:
+                process.close()
+                process = None
     finally:
         with anyio.CancelScope(shield=True):
             try:

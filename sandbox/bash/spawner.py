@@ -60,6 +60,32 @@ class SpawnerError(SandboxError):
     """The spawner process could not start a command or died while one ran."""
 
 
+# How a zygote that got a request straight from the agent says it was prepared from a
+# state of the machine that has changed since (the command then goes through the
+# spawner, see `process.run_bash`).
+STALE = "stale zygote"
+
+
+class _Offer:
+    """A zygote the spawner made ready for the agent's next command: its pid and pidfd,
+    the socket to give it the request on, and a reply socket to the spawner (to say it
+    was taken, then to ask for the reap)."""
+
+    def __init__(self, pid: int, key: object, fds: list[int]) -> None:
+        self.pid = pid
+        self.key = key
+        self.requests = socket.socket(fileno=fds[0])
+        self.reply = socket.socket(fileno=fds[1])
+        self.pidfd = fds[2]
+
+    def close(self) -> None:
+        self.requests.close()
+        self.reply.close()
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+
+
 def _send(sock: socket.socket, obj: Any, fds: list[int] | None = None) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     if len(data) > _MAX_MESSAGE:
@@ -221,6 +247,7 @@ class Spawner:
         if ready != ("ready",):
             self.close()
             raise SpawnerError(f"the spawner process said {ready!r} at start")
+        self._offer: _Offer | None = None
 
     @classmethod
     def shared(cls) -> Spawner:
@@ -241,13 +268,78 @@ class Spawner:
     def pid(self) -> int:
         return self._proc.pid
 
+    def _take_offers(self) -> None:
+        """Read the offers the spawner queued (the newest is kept); under _lock."""
+        self._sock.setblocking(False)
+        try:
+            while True:
+                try:
+                    message, fds = _recv(self._sock)
+                except BlockingIOError:
+                    return
+                except (OSError, EOFError):
+                    self._broken = True
+                    return
+                if (isinstance(message, tuple) and message[:1] == ("offer",)
+                        and len(fds) == 3):  # fmt: skip
+                    if self._offer is not None:
+                        self._offer.close()  # the spawner sees it let go
+                    self._offer = _Offer(message[1], message[2], fds)
+                else:
+                    for fd in fds:
+                        os.close(fd)
+        finally:
+            self._sock.setblocking(True)
+
+    def _spawn_offered(self, key: object, request: dict[str, Any], fds: list[int],
+                       started_r: int, kill_files: tuple[str, ...]
+                       ) -> SpawnedProcess | None:  # fmt: skip
+        """Give the request straight to the offered zygote, if it was made for `key`;
+        under _lock. None when there is none (or it is gone: the spawner revoked it)."""
+        self._take_offers()
+        offer, self._offer = self._offer, None
+        if offer is None:
+            return None
+        if offer.key != key:
+            offer.close()
+            return None
+        try:
+            _send(offer.requests, request, fds)
+            _send(offer.reply, ("taken", list(kill_files)), [started_r])
+        except OSError:
+            offer.close()
+            return None
+        offer.requests.close()
+        pidfd, offer.pidfd = offer.pidfd, -1
+        return SpawnedProcess(offer.pid, pidfd, offer.reply, started_r)
+
     def spawn(self, argv: list[str], *, cwd: str, env: dict[str, str], setup: object,
               stdout_w: int, stderr_w: int, pass_fds: tuple[int, ...] = (),
-              kill_files: tuple[str, ...] = ()) -> SpawnedProcess:
+              kill_files: tuple[str, ...] = (), zygote_key: object = None,
+              use_offer: bool = True) -> SpawnedProcess:
+        """Start a command: through the zygote the spawner offered for `zygote_key`
+        (the request goes straight to it), else through the spawner."""
         reply, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         started_r, started_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         request = {"argv": argv, "cwd": cwd, "env": env, "setup": setup,
                    "pass_fds": list(pass_fds), "kill_files": list(kill_files)}
+        if use_offer and setup is not None:
+            try:
+                with self._lock:
+                    spawned = self._spawn_offered(
+                        zygote_key, request, [stdout_w, stderr_w, started_w, *pass_fds],
+                        started_r, kill_files)
+            except BaseException:
+                reply.close()
+                theirs.close()
+                os.close(started_r)
+                os.close(started_w)
+                raise
+            if spawned is not None:
+                reply.close()
+                theirs.close()
+                os.close(started_w)
+                return spawned
         try:
             with self._lock:
                 _send(self._sock, request, [stdout_w, stderr_w, theirs.fileno(), started_w,
@@ -277,6 +369,10 @@ class Spawner:
 
     def close(self) -> None:
         """Stop the spawner: it kills whatever it still runs, then exits."""
+        offer = getattr(self, "_offer", None)
+        if offer is not None:
+            offer.close()
+            self._offer = None
         self._sock.close()
         try:
             self._proc.wait(timeout=5)
