@@ -158,3 +158,33 @@ def test_the_agent_never_forks_itself_for_a_confined_command(tmp_path: Path) -> 
     stat = anyio.run(main)
     ppid = int(stat.rsplit(")", 1)[1].split()[1])
     assert ppid != os.getpid()
+
+
+async def test_commands_of_different_confinements_at_once_each_run_once(tmp_path: Path) -> None:
+    # The spawner prepares a zygote for the last confinement it saw and offers it to
+    # the agent; commands of other confinements, at once, revoke or pass it by.
+    import anyio
+
+    from sandbox.bash.confinement import ConfinementRequest
+
+    requests = [None, ConfinementRequest(), ConfinementRequest(network="loopback"),
+                ConfinementRequest(network="host")]
+    results: dict[int, str] = {}
+
+    async def one(i: int) -> None:
+        r = await run_bash(f"echo {i} >> ran; echo {i}", cwd=tmp_path,
+                           env={"PATH": "/usr/bin:/bin"}, timeout=20,
+                           limits=Limits(max_file_size_bytes=1 << 20),
+                           confinement=requests[i % len(requests)])
+        results[i] = r.stdout
+
+    for _ in range(2):  # the second round finds zygotes ready
+        (tmp_path / "ran").unlink(missing_ok=True)
+        results.clear()
+        async with anyio.create_task_group() as tg:
+            for i in range(16):
+                tg.start_soon(one, i)
+        assert results == {i: f"{i}\n" for i in range(16)}
+        ran = sorted(int(line) for line in (tmp_path / "ran").read_text().split())
+        assert ran == list(range(16))  # each exactly once
+        await anyio.sleep(0.2)

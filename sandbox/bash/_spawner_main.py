@@ -265,6 +265,8 @@ def _kill(job: _Job) -> None:
 
 def _finish(jobs: dict[int, _Job]) -> None:
     """Kill every tree still running, give SIGTERM handlers 50 ms, then SIGKILL."""
+    for job in jobs.values():
+        _check_taken(job)  # its cgroups to kill, if the agent took it
     jobs = {key: job for key, job in jobs.items() if job.pid > 0}
     for job in jobs.values():
         _kill(job)
@@ -393,12 +395,8 @@ def serve(fd: int, agent: int) -> None:
                     message, passed = _recv(job.reply)
                 except (EOFError, OSError):
                     message, passed = None, []
-                if (not job.taken and isinstance(message, tuple) and message[:1] == ("taken",)
-                        and len(passed) == 1):  # fmt: skip
+                if _note_taken(job, message, passed):
                     # The agent gave its command straight to the zygote we offered.
-                    job.taken = True
-                    job.kill_files = list(message[1])
-                    job.started_r = passed[0]
                     if zygote is None and job.offered is not None:
                         wanted[:] = [job.offered]
                     continue
@@ -465,8 +463,39 @@ def _offer(control: socket.socket, zygote: _Zygote) -> _Job | None:
     return job
 
 
+def _note_taken(job: _Job, message: Any, passed: list[int]) -> bool:
+    """Whether `message` says the agent took the offered zygote (then noted)."""
+    if (job.taken or not isinstance(message, tuple) or message[:1] != ("taken",)
+            or len(passed) != 1):  # fmt: skip
+        return False
+    job.taken = True
+    job.kill_files = list(message[1])
+    job.started_r = passed[0]
+    return True
+
+
+def _check_taken(job: _Job) -> None:
+    """Read, without waiting, whether the agent took this offered zygote: it says so
+    right after giving it a request, before anything else it sends us, but on another
+    socket, which poll may report later."""
+    if job.taken:
+        return
+    try:
+        job.reply.setblocking(False)
+        message, passed = _recv(job.reply)
+    except (BlockingIOError, EOFError, OSError):
+        return
+    finally:
+        with contextlib.suppress(OSError):
+            job.reply.setblocking(True)
+    if not _note_taken(job, message, passed):
+        for fd in passed:
+            os.close(fd)
+
+
 def _revoke(job: _Job) -> None:
     """Kill an offered zygote the agent has not taken (it runs no user code)."""
+    _check_taken(job)
     if job.taken or job.pid < 0:
         return
     with contextlib.suppress(ProcessLookupError):
