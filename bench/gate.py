@@ -1,7 +1,8 @@
 """What the approval gate costs: one table, every variant and store backend in the same run.
 
     .venv/bin/python bench/gate.py [--iterations 20000] [--file-iterations 2000]
-                                   [--deferred 2000] [--rounds 10]
+                                   [--deferred 2000] [--rounds 10] [--store URL ...]
+                                   [--pg-cluster]
 
 Baselines, timed call by call: a direct call of the function (async, and sync), and
 ``anyio.to_thread.run_sync`` of the sync function (the worker-thread hop that keeps a sync
@@ -17,6 +18,17 @@ audit trail off:
   an async function, and for a sync one (which includes the worker-thread hop);
 - a deferred call plus ``resume``: the round trip a human answer costs.
 
+``--store URL`` (repeatable) adds a column for any store `open_store` opens: another
+SQLite file, or ``postgresql://…`` (the ``postgres`` extra). Its runners share that one
+store (their call ids differ); it should be empty or disposable. ``--pg-cluster`` starts
+a throwaway PostgreSQL cluster (tests/pgcluster.py: a unix socket, ``fsync`` off) and
+adds its column.
+
+Every runner cell also shows its median as a multiple of google-adk's own
+``FunctionTool.run_async`` on the same function, measured in the same run (issue 10):
+the goals are ≤ 0.5x for the gated AutoApprove call through the memory store, ≤ 15x for
+the deferred round trip on a SQLite file, ≤ 40x on PostgreSQL.
+
 Samples are taken in interleaved rounds so that machine noise hits every variant alike.
 "added" is a variant's median minus its direct-call baseline's median. Goals (issue 2):
 ≤ 30 µs added per gated call in process (the AutoApprove async row; it is the memory
@@ -30,6 +42,7 @@ import os
 import platform
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -83,18 +96,50 @@ def tool_sync(n: int) -> dict[str, Any]:
 Step = Callable[[int], Awaitable[object]]
 
 
+#: Extra columns: label -> store URL (``--store``).
+EXTRA: dict[str, str] = {}
+
+
 def open_store(backend: str, directory: Path, name: str) -> ApprovalStore:
     if backend == "memory":
         return MemoryApprovalStore()
     if backend == "SQLite :memory:":
         return ApprovalStore(":memory:")
+    if backend in EXTRA:
+        return open_url(EXTRA[backend])
     return ApprovalStore(directory / f"{name}.db")
+
+
+_OPENED: dict[str, ApprovalStore] = {}
+
+
+def open_url(url: str) -> ApprovalStore:
+    """One store per URL, shared by the runners of its column."""
+    from sandbox.approval.store import open_store as open_any
+
+    if url not in _OPENED:
+        _OPENED[url] = open_any(url)
+    return _OPENED[url]
+
+
+def label_of(url: str) -> str:
+    """A short column title for a store URL (no credentials)."""
+    if "://" in url:
+        scheme, rest = url.split("://", 1)
+        host = rest.rsplit("@", 1)[-1].split("/", 1)[0] or "socket"
+        return f"{scheme.split('+')[0]} {host}"[:26]
+    return f"--store {Path(url).name}"[:26]
+
+
+def is_postgres(backend: str) -> bool:
+    return EXTRA.get(backend, "").startswith(("postgresql:", "postgres:"))
 
 
 ADK = "google-adk FunctionTool.run_async, async fn"
 #: Goals against ADK's own ungated call, measured in the same run (issue 10).
 GOAL_GATED_RATIO = 0.5
 GOAL_DEFERRED_RATIO = 15.0
+GOAL_POSTGRES_RATIO = 40.0
 
 
 async def adk_anchor() -> Step | None:
@@ -218,62 +263,71 @@ def verdict(value: float, limit: float) -> str:
     return "PASS" if value <= limit else "MISS"
 
 
-def report(samples: dict[str, list[float]], load: tuple[float, float, float]) -> None:
+def report(samples: dict[str, list[float]], load: tuple[float, float, float],
+           backends: tuple[str, ...]) -> None:
     medians = {name: statistics.median(v) for name, v in samples.items()}
+    adk = medians.get(ADK)
 
     def added(name: str, row: str) -> float | None:
         base = BASELINE_OF.get(row)
         return medians[name] - medians[base] if base else None
 
+    def times_adk(value: float) -> str:
+        return f"{value / adk:6.2f}x" if adk else "      -"
+
     print(f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
           f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
           "(before the run)")
-    print("µs per call: median, p90, and added = median minus the direct-call median\n")
-    header = f"{'baseline':<46} {'n':>6} {'median':>8} {'p90':>8} {'added':>8}"
+    print("µs per call: median, p90, added = median minus the direct-call median, and "
+          "the median as a multiple of google-adk's FunctionTool.run_async (x ADK)\n")
+    header = f"{'baseline':<46} {'n':>6} {'median':>8} {'p90':>8} {'added':>8} {'x ADK':>7}"
     print(header)
     print("-" * len(header))
     for name in [*baselines(), *([ADK] if ADK in samples else [])]:
         extra = added(name, name)
         print(f"{name:<46} {len(samples[name]):>6} {medians[name]:8.1f} "
-              f"{p90(samples[name]):8.1f} {'' if extra is None else f'{extra:8.1f}'}")
+              f"{p90(samples[name]):8.1f} {'' if extra is None else f'{extra:8.1f}':>8} "
+              f"{times_adk(medians[name])}")
     print()
-    cell = 26
-    header = f"{'variant':<46}" + "".join(f" {b:>{cell}}" for b in BACKENDS)
-    sub = f"{'':<46}" + f" {'median    p90   added':>{cell}}" * len(BACKENDS)
+    cell = 34
+    header = f"{'variant':<46}" + "".join(f" {b:>{cell}}" for b in backends)
+    sub = f"{'':<46}" + f" {'median    p90   added   x ADK':>{cell}}" * len(backends)
     print(header)
     print(sub)
     print("-" * len(header))
     for row in RUNNER_ROWS:
         cells = []
-        for backend in BACKENDS:
+        for backend in backends:
             name = f"{row} | {backend}"
             extra = added(name, row)
             cells.append(f"{medians[name]:8.1f} {p90(samples[name]):7.1f} "
-                         f"{'' if extra is None else f'{extra:7.1f}':>7}")
+                         f"{'' if extra is None else f'{extra:7.1f}':>7} "
+                         f"{times_adk(medians[name])}")
         print(f"{row:<46}" + "".join(f" {c:>{cell}}" for c in cells))
     print()
-    if ADK in medians:
-        adk = medians[ADK]
-        gated_memory = medians[f"{GATED} | memory"]
-        trip_file = medians[f"{DEFERRED} | SQLite file"]
+    if adk is not None:
         print(f"against {ADK}: median {adk:.1f} µs, p90 {p90(samples[ADK]):.1f} µs")
-        for label, value, goal in (
-            ("gated AutoApprove call, memory store", gated_memory, GOAL_GATED_RATIO),
-            ("deferred round trip, SQLite file", trip_file, GOAL_DEFERRED_RATIO),
-        ):
+        goals = [("gated AutoApprove call, memory store", f"{GATED} | memory",
+                  GOAL_GATED_RATIO),
+                 ("deferred round trip, SQLite file", f"{DEFERRED} | SQLite file",
+                  GOAL_DEFERRED_RATIO)]
+        goals += [(f"deferred round trip, {b}", f"{DEFERRED} | {b}", GOAL_POSTGRES_RATIO)
+                  for b in backends if is_postgres(b)]
+        for label, name, goal in goals:
+            value = medians[name]
             ratio = value / adk
             print(f"  {label:<40} {value:8.1f} µs = {ratio:5.2f}x ADK  <= {goal:g}x: "
                   f"{verdict(ratio, goal)}")
         print()
     else:
         print("google-adk is not installed (pip install 'sandbox[adk]'): no ADK anchor\n")
-    print("goals")
-    for backend in BACKENDS:
+    print("goals of issue 2 (absolute)")
+    for backend in backends:
         gated = added(f"{GATED} | {backend}", GATED)
         assert gated is not None
         trip = medians[f"{DEFERRED} | {backend}"]
         note = "  ← a ToolRunner without a store" if backend == "memory" else ""
-        print(f"  {backend:<16} gated call added {gated:7.1f} µs ≤ {GOAL_GATED_US:g}: "
+        print(f"  {backend:<26} gated call added {gated:7.1f} µs ≤ {GOAL_GATED_US:g}: "
               f"{verdict(gated, GOAL_GATED_US)}   deferred round trip {trip:7.1f} µs ≤ "
               f"{GOAL_DEFERRED_US:g}: {verdict(trip, GOAL_DEFERRED_US)}{note}")
 
@@ -287,7 +341,31 @@ def main() -> None:
     parser.add_argument("--deferred", type=int, default=2_000,
                         help="deferred round trips per backend (default 2000)")
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds")
+    parser.add_argument("--store", action="append", default=[], metavar="URL",
+                        help="add a column for this store (a SQLite path, or postgresql://…);"
+                             " repeatable. Use an empty or disposable store")
+    parser.add_argument("--pg-cluster", action="store_true",
+                        help="start a throwaway PostgreSQL cluster (tests/pgcluster.py: unix "
+                             "socket, fsync off) and add a column for it")
     args = parser.parse_args()
+    cluster = None
+    if args.pg_cluster:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from tests.pgcluster import Cluster
+
+        cluster = Cluster().start()
+        args.store.append(cluster.fresh_url())
+    try:
+        run(args)
+    finally:
+        if cluster is not None:
+            cluster.destroy()
+
+
+def run(args: argparse.Namespace) -> None:
+    for url in args.store:
+        EXTRA[label_of(url)] = url
+    backends = (*BACKENDS, *EXTRA)
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="sandbox-bench-") as tmp:
         steps = baselines()
@@ -295,14 +373,14 @@ def main() -> None:
         if anchor is not None:
             steps[ADK] = anchor
         counts = {name: args.iterations for name in steps}
-        for backend in BACKENDS:
+        for backend in backends:
             for name, step in runner_steps(backend, Path(tmp)).items():
                 steps[name] = step
                 counts[name] = (args.deferred if name.startswith(DEFERRED)
-                                else args.file_iterations if backend == "SQLite file"
-                                else args.iterations)
+                                else args.iterations if backend in ("memory", "SQLite :memory:")
+                                else args.file_iterations)
         samples = anyio.run(measure, steps, counts, args.rounds)
-    report(samples, load)
+    report(samples, load, backends)
 
 
 if __name__ == "__main__":

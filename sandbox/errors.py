@@ -43,6 +43,11 @@ class ConfirmationTimedOutError(ConfirmationStateError):
     timed out (never as denied or approved) and can no longer be answered."""
 
 
+class ApprovalUnavailableError(SandboxError):
+    """A call needs a human's approval and no channel can reach one (raised by a
+    provider): the call is refused at once, with this message, and never run."""
+
+
 class StoreError(SandboxError):
     """The approval store could not be opened or is from an incompatible version."""
 

@@ -21,8 +21,18 @@ import httpx
 import pytest
 
 from sandbox import ApprovalStore, FunctionTool, ToolRunner
-from sandbox.approval.models import args_digest
-from sandbox.approval.web.listing import DISPLAY_CHARS, MAX_BODY_BYTES, MAX_LIMIT, VALUE_CHARS
+from sandbox.approval.models import ConfirmationRequest, args_digest
+from sandbox.approval.store import MAX_PAGE, Page, SQLiteApprovalStore
+from sandbox.approval.web.app import create_app
+from sandbox.approval.web.events import PendingWatch
+from sandbox.approval.web.listing import (
+    DISPLAY_CHARS,
+    MAX_BODY_BYTES,
+    MAX_LIMIT,
+    VALUE_CHARS,
+    WATCH_WINDOW,
+    encode_cursor,
+)
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -314,3 +324,100 @@ def test_events_in_a_process_that_serves_a_memory_store(tmp_path: Path) -> None:
     out = anyio.run(go)
     assert out["status"] == "approved" and out["channel"] == "web"
     assert out["results"] == [{"written": "a"}]
+
+
+# -- reading the store a page at a time ------------------------------------------------
+
+class CountingStore(SQLiteApprovalStore):
+    """A real SQLite store that counts how the page reads it."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.read_everything = 0
+        self.page_sizes: list[int] = []
+
+    def pending(self, *, session_id: str | None = None) -> list[ConfirmationRequest]:
+        self.read_everything += 1
+        return super().pending(session_id=session_id)
+
+    def list_pending(self, *, limit: int, after: str | None = None,
+                     session_id: str | None = None) -> Page:
+        self.page_sizes.append(limit)
+        return super().list_pending(limit=limit, after=after, session_id=session_id)
+
+
+def test_listing_and_event_stream_read_the_store_one_bounded_page_at_a_time(
+        store_path: Path) -> None:
+    n = WATCH_WINDOW + 40
+    park(store_path, [{"path": f"f{i}", "content": ""} for i in range(n)])
+    store = CountingStore(store_path)
+    app = create_app(store, token="t" * 32)
+
+    async def go() -> tuple[list[str], Any]:
+        ids: list[str] = []
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1",
+                                     headers={"Authorization": "Bearer " + "t" * 32}) as client:
+            after: str | None = None
+            while True:
+                r = await client.get("/api/pending",
+                                     params={"limit": "50", **({"after": after} if after else {})})
+                assert r.status_code == 200, r.text
+                body = r.json()
+                assert body["total"] == n
+                ids.extend(card["id"] for card in body["requests"])
+                if not body["more"]:
+                    break
+                after = body["next"]
+        watch = PendingWatch(store, _inline)
+        return ids, await watch.snapshot()
+
+    ids, snapshot = anyio.run(go)
+    assert store.read_everything == 0
+    assert max(store.page_sizes) <= max(MAX_LIMIT, WATCH_WINDOW)
+    assert ids == [r.id for r in store.list_pending(limit=MAX_PAGE).items][:n]
+    assert len(ids) == len(set(ids)) == n
+    assert snapshot.total == n and len(snapshot.order) == WATCH_WINDOW
+
+
+async def _inline(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return fn(*args, **kwargs)
+
+
+def test_a_session_cannot_park_more_than_its_cap_through_the_runner(tmp_path: Path) -> None:
+    store = ApprovalStore(tmp_path / "capped.db", max_pending_per_session=3)
+    runner = ToolRunner([FunctionTool(write, require_confirmation=True)], store=store,
+                        session_id="flooder")
+    other = ToolRunner([FunctionTool(write, require_confirmation=True)], store=store,
+                       session_id="someone-else")
+
+    async def go() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        mine = [await runner.call("write", {"path": f"f{i}", "content": ""})
+                for i in range(5)]
+        return mine, await other.call("write", {"path": "g", "content": ""})
+
+    mine, theirs = anyio.run(go)
+    assert [r["status"] for r in mine] == ["awaiting_confirmation"] * 3 + ["error"] * 2
+    assert "max_pending_per_session=3" in mine[3]["error"]
+    assert theirs["status"] == "awaiting_confirmation"
+    assert len(store.pending(session_id="flooder")) == 3
+
+
+def test_a_cursor_naming_a_forgotten_request_lists_from_the_start(store_path: Path) -> None:
+    park(store_path, [{"path": f"f{i}", "content": ""} for i in range(3)])
+    store = ApprovalStore(store_path)
+    app = create_app(store, token="t" * 32)
+
+    async def go() -> dict[str, Any]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1",
+                                     headers={"Authorization": "Bearer " + "t" * 32}) as client:
+            r = await client.get("/api/pending",
+                                 params={"after": encode_cursor("cf_" + "0" * 24)})
+            assert r.status_code == 200, r.text
+            body: dict[str, Any] = r.json()
+            return body
+
+    body = anyio.run(go)
+    assert [c["id"] for c in body["requests"]] == [r.id for r in store.pending()]
+    assert body["more"] is False

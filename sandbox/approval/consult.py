@@ -2,8 +2,9 @@
 
 The gate hands a `ConfirmationRequest` to a `ConfirmationProvider` and gets back a
 `Decision`, or a `Failure` saying why there is none: the provider raised (``error``), ran
-out of time (``timeout``), or ran out of time with ``on_timeout="pending"`` (``pending``:
-the request stays in the store for another channel to answer).
+out of time (``timeout``), ran out of time with ``on_timeout="pending"`` (``pending``:
+the request stays in the store for another channel to answer), or has no way to reach a
+human for this call (``unavailable``: it raised `ApprovalUnavailableError`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from typing import Literal
 
 import anyio
 
-from ..errors import ConfirmationTimedOutError
+from ..errors import ApprovalUnavailableError, ConfirmationTimedOutError
 from .models import ConfirmationRequest, Decision
 from .providers import ConfirmationProvider, to_decision
 
-FailureKind = Literal["error", "timeout", "pending"]
+FailureKind = Literal["error", "timeout", "pending", "unavailable"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ async def consult(provider: ConfirmationProvider,
         # The request itself expired while the provider waited (its deadline is in the
         # store): a timeout, whatever on_timeout says.
         return Failure("timeout", str(exc))
+    except ApprovalUnavailableError as exc:
+        return Failure("unavailable", str(exc))
     except Exception as exc:
         return Failure("error", f"confirmation provider {provider.name} failed: "
                                 f"{type(exc).__name__}: {exc}")

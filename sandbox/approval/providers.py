@@ -58,13 +58,41 @@ class AutoApprove:
         self.on_timeout: OnTimeout = on_timeout
 
     async def confirm(self, request: ConfirmationRequest) -> Decision:
-        return _AUTO_APPROVED  # immutable: one instance serves every request
+        return AUTO_APPROVED  # immutable: one instance serves every request
 
 
-_AUTO_APPROVED = Decision.approve(decided_by=AutoApprove.name, channel=AutoApprove.name)
+AUTO_APPROVED = Decision.approve(decided_by=AutoApprove.name, channel=AutoApprove.name)
 #: What the store records for it, as JSON text (computed once: the decision is immutable).
-_AUTO_APPROVED_JSON = json.dumps(_AUTO_APPROVED.model_dump(mode="json"), ensure_ascii=False)
+AUTO_APPROVED_JSON = json.dumps(AUTO_APPROVED.model_dump(mode="json"), ensure_ascii=False)
 _AUTO_APPROVE_CONFIRM = AutoApprove.confirm
+
+
+#: One immutable "approve once" per channel, and what the store records for it.
+_PLAIN: dict[str, tuple[Decision, str]] = {}
+
+
+def plain_approval(channel: str) -> Decision:
+    """``Decision.approve(channel=channel)``, made (and validated) once per channel."""
+    known = _PLAIN.get(channel)
+    if known is not None:
+        return known[0]
+    decision = Decision.approve(channel=channel)
+    if len(_PLAIN) < 64:
+        _PLAIN[channel] = (decision, json.dumps(decision.model_dump(mode="json"),
+                                                ensure_ascii=False))
+    return decision
+
+
+def recorded_form(decision: Decision) -> str | dict[str, Any]:
+    """A decision as the store records it: JSON text for the shared immutable ones
+    (computed once), else the model as a JSON-able dict."""
+    if decision is AUTO_APPROVED:
+        return AUTO_APPROVED_JSON
+    if decision.channel is not None:
+        known = _PLAIN.get(decision.channel)
+        if known is not None and known[0] is decision:
+            return known[1]
+    return decision.model_dump(mode="json")
 
 
 def fixed_answer(provider: object) -> Decision | None:
@@ -76,7 +104,7 @@ def fixed_answer(provider: object) -> Decision | None:
     """
     confirm = getattr(provider, "confirm", None)
     if getattr(confirm, "__func__", None) is _AUTO_APPROVE_CONFIRM:
-        return _AUTO_APPROVED
+        return AUTO_APPROVED
     return None
 
 
@@ -172,12 +200,14 @@ def to_decision(answer: Any, *, channel: str) -> Decision:
         return answer
     if isinstance(answer, bool):
         return (
-            Decision.approve(channel=channel)
+            plain_approval(channel)
             if answer
             else Decision.deny(f"denied by {channel}", channel=channel)
         )
     if isinstance(answer, ToolConfirmation):
         if answer.confirmed:
+            if answer.payload is None:
+                return plain_approval(channel)
             return Decision.approve(payload=answer.payload, channel=channel)
         return Decision.deny(answer.hint or f"denied by {channel}", channel=channel)
     raise ConfigurationError(

@@ -17,6 +17,7 @@ class Status(StrEnum):
     DENIED = "denied"
     ERROR = "error"
     IN_DOUBT = "in_doubt"
+    REFUSED = "refused"
     REJECTED = "rejected"
     RUNNING = "running"
     TIMED_OUT = "timed_out"
@@ -58,3 +59,14 @@ class NotRun:
         if self.call_id is not None:
             result["call_id"] = self.call_id
         return result
+
+
+@dataclass(frozen=True)
+class Denied:
+    """A human (or a provider) denied the call, with a reason for the model."""
+
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": Status.DENIED.value,
+                "error": f"The user denied this call: {self.reason}", "reason": self.reason}

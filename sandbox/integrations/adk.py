@@ -70,6 +70,7 @@ except ImportError:  # pragma: no cover
 
 from ..approval.models import Decision, args_digest
 from ..approval.providers import ConfirmationProvider
+from ..approval.results import Status
 from ..approval.runner import ToolRunner
 from ..approval.store import ApprovalStore, open_store
 from ..audit import AuditLog
@@ -368,7 +369,7 @@ class ApprovalPlugin(BasePlugin):
     def _finish(self, runner: ToolRunner, call: _AdkCall, tool_args: dict[str, Any],
                 result: dict[str, Any]) -> dict[str, Any]:
         if call.ran_with is not None and call.ran_with != call.args \
-                and result.get("status") != "awaiting_confirmation":
+                and result.get("status") != Status.AWAITING:
             # Tell the model (and later callbacks) what really ran, so it does not retry
             # the original arguments the human changed.
             result = {**result, "edited_args": call.ran_with,
@@ -472,7 +473,7 @@ def _client_decision(answer: AdkToolConfirmation) -> Decision:
 def _hand_pending_to_adk(runner: ToolRunner, result: dict[str, Any],
                          context: AdkToolContext) -> dict[str, Any]:
     """A request left pending becomes ADK's own confirmation request to its client."""
-    if result.get("status") != "awaiting_confirmation" or not context.function_call_id:
+    if result.get("status") != Status.AWAITING or not context.function_call_id:
         return result
     payload = None
     asked_by_tool = False

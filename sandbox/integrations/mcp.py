@@ -55,10 +55,16 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from ..approval.display import command_of, escape_text
 from ..approval.models import ConfirmationRequest, Decision
 from ..approval.providers import ConfirmationProvider, OnTimeout
+from ..approval.results import Status
 from ..approval.runner import ToolRunner
 from ..approval.store import ApprovalStore, new_id, open_store
 from ..audit import AuditLog
-from ..errors import ConfigurationError, SandboxError, UnknownConfirmationError
+from ..errors import (
+    ApprovalUnavailableError,
+    ConfigurationError,
+    SandboxError,
+    UnknownConfirmationError,
+)
 from ..tools.base import BaseTool
 
 __all__ = [
@@ -186,15 +192,11 @@ class _NoChannel:
     on_timeout: OnTimeout = "deny"
 
     async def confirm(self, request: ConfirmationRequest) -> Decision:
-        raise _NoApprovalChannel(
-            "this call needs human approval, but the MCP client does not support "
+        # Typed: the gate refuses the call at once ("status": "refused") with these words.
+        raise ApprovalUnavailableError(
+            "This call needs human approval, but this MCP client does not support "
             "elicitation and the server has no other approval channel (start it with "
-            "--approvals queue and answer on the web page or with `sandbox approvals`)"
-        )
-
-
-class _NoApprovalChannel(SandboxError):
-    pass
+            "--approvals queue, then answer on the web page or with `sandbox approvals`)")
 
 
 _CHANNEL: contextvars.ContextVar[ConfirmationProvider] = contextvars.ContextVar(
@@ -382,12 +384,6 @@ class GatedToolServer:
             _INTERVAL.reset(tokens[2])
             _WAITING.reset(tokens[1])
             _CHANNEL.reset(tokens[0])
-        if channel is _NO_CHANNEL and "_NoApprovalChannel" in str(result.get("error", "")):
-            result = {**result, "status": "refused", "error": (
-                "This call needs human approval, but this MCP client does not support "
-                "elicitation and the server has no other approval channel (start it with "
-                "--approvals queue, then answer on the web page or with `sandbox "
-                "approvals`). The tool was not run.")}
         return result
 
     def _record_cancelled(self, call_id: str, tool: str) -> None:
@@ -432,7 +428,7 @@ class GatedToolServer:
         return self._ask_on_retry(result)
 
     def _ask_on_retry(self, result: dict[str, Any]) -> dict[str, Any] | mtypes.InputRequiredResult:
-        if result.get("status") != "awaiting_confirmation":
+        if result.get("status") != Status.AWAITING:
             return result
         confirmation_id = str(result["confirmation_id"])
         request = self.store.get_request(confirmation_id)

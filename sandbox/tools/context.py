@@ -125,9 +125,41 @@ class ToolContext:
         #: ``check_require_confirmation``, the human's answer): the tool must not ask again.
         self.gated = gated
         self.tool_confirmation = tool_confirmation
-        self.actions = actions if actions is not None else EventActions()
-        self.state: dict[str, Any] = _State(state, self.actions.state_delta)
+        # `actions` and `state` are made when first used: most calls never touch them.
+        self._actions = actions
+        self._initial_state = state
+        self._state: _State | None = None
         self.session_id = session_id
+
+    @property
+    def actions(self) -> EventActions:
+        """What the tool asks the agent loop to do after it returns."""
+        if self._actions is None:
+            self._actions = EventActions()
+        return self._actions
+
+    @actions.setter
+    def actions(self, actions: EventActions) -> None:
+        self._actions = actions
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """Session state; every write is also recorded in ``actions.state_delta``."""
+        if self._state is None:
+            self._state = _State(self._initial_state, self.actions.state_delta)
+        return self._state
+
+    @state.setter
+    def state(self, state: MutableMapping[str, Any]) -> None:
+        self._initial_state = state
+        self._state = None
+
+    def take_confirmation_request(self) -> ToolConfirmation | None:
+        """The confirmation the tool asked for during this run, taken off the context
+        (the next run, after the answer, starts with none)."""
+        if self._actions is None or not self.function_call_id:
+            return None
+        return self._actions.requested_tool_confirmations.pop(self.function_call_id, None)
 
     def request_confirmation(self, *, hint: str | None = None, payload: Any | None = None) -> None:
         """Ask a human to confirm this call; the tool is invoked again once they answer.

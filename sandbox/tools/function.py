@@ -168,6 +168,8 @@ class FunctionTool(BaseTool):
             kwargs[self._context_param] = tool_context
         if self._is_async:
             result = await self.func(**kwargs)
+            if type(result) is dict:  # the common case: nothing more to await
+                return result
         elif self._run_in_thread:
             result = await anyio.to_thread.run_sync(functools.partial(self.func, **kwargs))
         else:

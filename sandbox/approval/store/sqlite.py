@@ -200,7 +200,8 @@ class SQLiteApprovalStore(SQLApprovalStore):
                 os.close(fd)
         try:
             self._db = sqlite3.connect(
-                target, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+                target, timeout=busy_timeout, isolation_level=None, check_same_thread=False,
+                cached_statements=256,  # every statement the store runs stays prepared
             )
             self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
             if self.path is not None:
@@ -208,6 +209,14 @@ class SQLiteApprovalStore(SQLApprovalStore):
                 # WAL + NORMAL survives a killed process (not a power cut) and keeps a
                 # commit at tens of microseconds instead of an fsync per write.
                 self._db.execute("PRAGMA synchronous = NORMAL")
+                # Checkpoint every 10,000 pages (about 40 MB of log) instead of 1,000: the
+                # few pages every step rewrites (a table's last leaf, its indexes) are
+                # copied back once per checkpoint, not once per 1,000 pages, which more
+                # than halves a round trip's cost. The log is cut back to 64 MB after a
+                # checkpoint. A power cut may lose the commits since the last checkpoint
+                # (NORMAL's trade, above): now up to 10,000 pages of them, not 1,000.
+                self._db.execute("PRAGMA wal_autocheckpoint = 10000")
+                self._db.execute(f"PRAGMA journal_size_limit = {64 << 20}")
             self._db.executescript(_SCHEMA)
             with self._tx():  # one process sets up (or migrates) the file at a time
                 row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()

@@ -70,9 +70,7 @@ from .events import PendingWatch, answer_view
 from .listing import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
-    Cursor,
     Presented,
-    cursor_of,
     decode_cursor,
     encode_cursor,
     fit,
@@ -237,30 +235,37 @@ def create_app(store: ApprovalStore, *, token: str, identity: str = "web",
         unanswered_only = params.get("unanswered") in ("1", "true")
         session_id = params.get("session") or None
 
-        def read() -> tuple[list[dict[str, Any]], bool, Cursor | None]:
+        def read() -> tuple[list[dict[str, Any]], bool, str | None, int]:
             cards: list[dict[str, Any]] = []
             cursor = after
+            total = 0
             for _ in range(10):  # unanswered=1 skips answered ones: read on, a little
-                page = pending_page(store, limit=limit + 1, after=cursor,
-                                    session_id=session_id)
-                states = store.answer_states([r.id for r in page[:limit]]) if page else {}
-                for req in page[:limit]:
+                page = pending_page(store, limit=limit, after=cursor, session_id=session_id)
+                total = page.total
+                if not page.items and cursor is not None and page.total and not known(cursor):
+                    # The request a page's cursor names was forgotten (a store prunes
+                    # old finished calls): list from the start; the page skips the cards
+                    # it has.
+                    cursor = None
+                    continue
+                states = store.answer_states([r.id for r in page.items]) if page.items else {}
+                for req in page.items:
                     if len(cards) == limit:
-                        return cards, True, cursor
+                        return cards, True, cursor, total
                     answer = states.get(req.id, ("pending", None))[1]
-                    cursor = cursor_of(req)
+                    cursor = req.id
                     if unanswered_only and answer is not None:
                         continue
                     cards.append({**presented.card(req), "cursor": encode_cursor(cursor),
                                   "answer": None if answer is None
                                   else answer_view(answer, None)})
-                if len(page) <= limit:
-                    return cards, False, cursor
+                if page.next is None:
+                    return cards, False, cursor, total
                 if len(cards) == limit:
-                    return cards, True, cursor
-            return cards, True, cursor
+                    return cards, True, cursor, total
+            return cards, True, cursor, total
 
-        cards, more, cursor = await db(read)
+        cards, more, cursor, total = await db(read)
         n = fit(cards)
         if n < len(cards):
             cards, more = cards[:n], True
@@ -270,7 +275,15 @@ def create_app(store: ApprovalStore, *, token: str, identity: str = "web",
             "next": None if cursor is None else encode_cursor(cursor),
             "more": more,
             "limit": limit,
+            "total": total,
         })
+
+    def known(request_id: str) -> bool:
+        try:
+            store.get_request(request_id)
+        except UnknownConfirmationError:
+            return False
+        return True
 
     async def one_request(request: Request, caller: _Caller) -> Response:
         """One request: its card (within the display caps) and where it stands."""

@@ -2,8 +2,9 @@
 
 One `PendingWatch` per app looks at the store when it may have changed (the SQLite file
 or its write-ahead log changed; at least every `RESCAN` seconds, for expiries) and keeps
-the latest `Snapshot`: the pending ids, their order, and the answers waiting to be
-applied. Each open page holds its own previous snapshot and is sent only the difference:
+the latest `Snapshot`: how many requests are pending, the ids of the oldest
+`listing.WATCH_WINDOW` of them in order (one bounded `list_pending` page, never every
+pending request), and the answers waiting to be applied among those. Each open page holds its own previous snapshot and is sent only the difference:
 
 - ``hello`` ``{count}``: sent first; the page then lists what it shows.
 - ``pending`` ``{count, added, ids}``: the number waiting changed (``added`` new ones,
@@ -32,7 +33,7 @@ import anyio
 
 from ..display import escape_text
 from ..store import ApprovalStore
-from .listing import Cursor, pending_ids
+from .listing import WATCH_WINDOW, pending_window
 
 INTERVAL = 0.25
 RESCAN = 2.0
@@ -46,7 +47,10 @@ Db = Callable[..., Awaitable[Any]]
 @dataclass(frozen=True)
 class Snapshot:
     version: int
-    order: dict[str, Cursor]
+    #: The oldest pending ids (up to `WATCH_WINDOW`), oldest first.
+    order: dict[str, None]
+    #: Every pending request, including those beyond the window.
+    total: int = 0
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -92,14 +96,17 @@ class PendingWatch:
                 return current
             self._signature = signature
             self._taken = now
-            order, answers = await self._db(self._read)
-            if current is not None and order == current.order and answers == current.answers:
+            order, total, answers = await self._db(self._read)
+            if current is not None and (order, total, answers) == (
+                    current.order, current.total, current.answers):
                 return current
-            self._snapshot = Snapshot((current.version + 1) if current else 1, order, answers)
+            self._snapshot = Snapshot((current.version + 1) if current else 1, order, total,
+                                      answers)
             return self._snapshot
 
-    def _read(self) -> tuple[dict[str, Cursor], dict[str, dict[str, Any]]]:
-        order = dict(pending_ids(self.store))
+    def _read(self) -> tuple[dict[str, None], int, dict[str, dict[str, Any]]]:
+        ids, total = pending_window(self.store)
+        order = dict.fromkeys(ids)
         states = self.store.answer_states(list(order)) if order else {}
         answers: dict[str, dict[str, Any]] = {}
         now = time.time()
@@ -109,7 +116,7 @@ class PendingWatch:
                 answers[rid] = answer_view(answer, at)
         for rid in [r for r in self._answered_at if r not in order]:
             del self._answered_at[rid]
-        return order, answers
+        return order, total, answers
 
     async def decision(self, request_id: str) -> dict[str, Any] | None:
         """How a request that left the pending list was decided (cached: it is final)."""
@@ -117,6 +124,8 @@ class PendingWatch:
             return self._decisions[request_id]
         raw = await self._db(self.store.request_decision, request_id)
         view = None if raw is None else decision_view(raw)
+        if view is None or view.get("status") == "pending":
+            return view  # not final yet: not kept
         self._decisions[request_id] = view
         if len(self._decisions) > 5000:
             self._decisions.popitem(last=False)
@@ -125,7 +134,7 @@ class PendingWatch:
     async def stream(self) -> AsyncIterator[str]:
         """The events of one page, as text/event-stream."""
         previous = await self.snapshot()
-        yield _event("hello", {"count": len(previous.order)})
+        yield _event("hello", {"count": previous.total})
         quiet = time.monotonic()
         while not self.closing:
             await anyio.sleep(INTERVAL)
@@ -145,12 +154,21 @@ class PendingWatch:
         for rid, answer in after.answers.items():
             if before.answers.get(rid) != answer:
                 out.append(_event("answered", {"id": rid, **answer}))
-        for rid in before.order:
-            if rid not in after.order:
-                decided = await self.decision(rid)
-                out.append(_event("resolved", {"id": rid, **(decided or {"status": "gone"})}))
-        if added or len(after.order) != len(before.order):
-            out.append(_event("pending", {"count": len(after.order), "added": len(added),
+        left = [rid for rid in before.order if rid not in after.order]
+        if left and len(after.order) >= WATCH_WINDOW:
+            # A full window also loses ids to older requests parked late (a slower
+            # process): only those no longer pending were resolved.
+            states = await self._db(self.store.answer_states, left)
+            left = [rid for rid in left if states.get(rid, ("gone", None))[0] != "pending"]
+        for rid in left:
+            decided = await self.decision(rid)
+            out.append(_event("resolved", {"id": rid, **(decided or {"status": "gone"})}))
+        if added or after.total != before.total:
+            # ``added``: new ones among the oldest, or more waiting beyond them.
+            beyond = max(0, after.total - len(after.order)) - max(
+                0, before.total - len(before.order))
+            out.append(_event("pending", {"count": after.total,
+                                          "added": len(added) + max(0, beyond),
                                           "ids": added[:MAX_IDS]}))
         return out
 

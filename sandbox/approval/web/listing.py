@@ -7,7 +7,8 @@ carries its length and digest, and `full_arguments` gives all of it to a human w
 (one request at a time). `fit` then trims a page whose encoded size still exceeds
 `MAX_BODY_BYTES`, so no listing is ever larger than that, whatever the store holds.
 
-`pending_page` is the one place that reads pending requests from the store.
+`pending_page` and `pending_window` are the only places that read pending requests from
+the store, each one bounded page of `ApprovalStore.list_pending`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 from ..display import count_controls, escape_pieces, escape_text, rule_subjects_of
 from ..models import ConfirmationRequest
-from ..store import ApprovalStore
+from ..store import MAX_PAGE, ApprovalStore, Page
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
@@ -45,48 +46,42 @@ _ASCII_CONTROLS_BUT_LAYOUT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 # -- paging --------------------------------------------------------------------------
 
-Cursor = tuple[float, str]
-"""(created timestamp, request id): the order the store lists pending requests in."""
+#: Pending requests the event stream follows by id (the oldest ones); beyond them it
+#: follows only their number. A page showing more than these learns of their answers
+#: when it looks again (a request answered twice is refused, never run twice).
+WATCH_WINDOW = MAX_LIMIT
 
 
-def pending_page(store: ApprovalStore, *, limit: int, after: Cursor | None = None,
-                 session_id: str | None = None) -> list[ConfirmationRequest]:
-    """Up to ``limit`` pending requests after ``after``, oldest first.
-
-    Today's store lists every pending request and this slices them; a store with a paged
-    listing (``list_pending(limit=, after=, session_id=)``) replaces the body with one
-    call.
-    """
-    waiting = store.pending(session_id=session_id)
-    if after is not None:
-        waiting = [r for r in waiting if cursor_of(r) > after]
-    return waiting[:limit]
+def pending_page(store: ApprovalStore, *, limit: int, after: str | None = None,
+                 session_id: str | None = None) -> Page:
+    """Up to ``limit`` pending requests after request ``after``, oldest first: one
+    `list_pending` page from the store (never every pending request)."""
+    return store.list_pending(limit=min(limit, MAX_PAGE), after=after, session_id=session_id)
 
 
-def pending_ids(store: ApprovalStore) -> list[tuple[str, Cursor]]:
-    """Every pending request's id and cursor, oldest first (what the event stream diffs)."""
-    return [(r.id, cursor_of(r)) for r in store.pending()]
+def pending_window(store: ApprovalStore) -> tuple[list[str], int]:
+    """The ids of the oldest `WATCH_WINDOW` pending requests, and how many are pending."""
+    page = store.list_pending(limit=WATCH_WINDOW)
+    return [r.id for r in page.items], page.total
 
 
-def cursor_of(req: ConfirmationRequest) -> Cursor:
-    return (req.created_at.timestamp(), req.id)
+_CURSOR = re.compile(r"[A-Za-z0-9_-]{1,200}")
 
 
-def encode_cursor(cursor: Cursor) -> str:
-    raw = json.dumps([cursor[0], cursor[1]], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def encode_cursor(request_id: str) -> str:
+    """The ``next`` of a listing: where the following page starts (opaque to clients)."""
+    return base64.urlsafe_b64encode(request_id.encode()).decode().rstrip("=")
 
 
-def decode_cursor(text: str) -> Cursor:
-    """The cursor a listing returned as ``next``; ValueError for anything else."""
+def decode_cursor(text: str) -> str:
+    """The request id a listing's ``next`` names; ValueError for anything else."""
     try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        created, rid = json.loads(raw)
-    except (ValueError, binascii.Error, TypeError):
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("ascii")
+    except (ValueError, binascii.Error, UnicodeDecodeError):
         raise ValueError("after must be the 'next' value of a previous listing") from None
-    if not isinstance(created, (int, float)) or not isinstance(rid, str):
+    if not _CURSOR.fullmatch(raw):
         raise ValueError("after must be the 'next' value of a previous listing")
-    return (float(created), rid)
+    return raw
 
 
 # -- one request, as a card shows it ---------------------------------------------------

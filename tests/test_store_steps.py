@@ -1,0 +1,132 @@
+"""Where the gate's store steps run: a memory store's inline, a SQLite file's on the
+store's worker thread, so that waiting for another process's lock never stalls the
+event loop; and a call still runs exactly once through that thread."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from sandbox import (
+    ApprovalStore,
+    AutoApprove,
+    FunctionTool,
+    MemoryApprovalStore,
+    ToolConfirmation,
+    ToolRunner,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+HOLD_SECONDS = 1.5
+
+_LOCKER = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+db.execute("ROLLBACK")
+"""
+
+
+def write(path: str) -> dict[str, Any]:
+    return {"written": path, "thread": threading.current_thread().name}
+
+
+async def test_a_lock_held_by_another_process_does_not_stall_the_event_loop(
+        tmp_path: Path) -> None:
+    path = tmp_path / "approvals.db"
+    runner = ToolRunner([FunctionTool(write, require_confirmation=True, run_in_thread=False)],
+                        store=ApprovalStore(path))
+    locker = subprocess.Popen([sys.executable, "-c", _LOCKER, str(path), str(HOLD_SECONDS)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await anyio.sleep(0.05)
+                ticks += 1
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tick)
+            with anyio.fail_after(30):
+                parked = await runner.call("write", {"path": "a"})
+            tg.cancel_scope.cancel()
+    finally:
+        locker.wait(timeout=30)
+    assert parked["status"] == "awaiting_confirmation"
+    # The call waited for the other process's write lock; the loop went on meanwhile.
+    assert ticks >= 10, ticks
+    result = await runner.resume(parked["confirmation_id"], ToolConfirmation(confirmed=True))
+    assert result["written"] == "a"
+    assert [s for s, _, _ in runner.store.journal(parked["call_id"])] == [
+        "new", "awaiting", "approved", "started", "done"]
+
+
+async def test_a_memory_store_is_used_without_a_worker_thread(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    class Recording(MemoryApprovalStore):
+        def open_call(self, *args: Any, **kwargs: Any) -> Any:
+            seen.append(threading.current_thread().name)
+            return super().open_call(*args, **kwargs)
+
+    runner = ToolRunner([FunctionTool(write, require_confirmation=True, run_in_thread=False)],
+                        provider=AutoApprove(), store=Recording())
+    result = await runner.call("write", {"path": "a"})
+    assert result["written"] == "a"
+    assert seen == [threading.current_thread().name]
+
+
+async def test_many_concurrent_resumes_through_the_worker_thread_run_the_call_once(
+        tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    async def once(path: str) -> dict[str, Any]:
+        ran.append(path)
+        return {"written": path}
+
+    runner = ToolRunner([FunctionTool(once, require_confirmation=True)],
+                        store=ApprovalStore(tmp_path / "approvals.db"))
+    parked = await runner.call("once", {"path": "a"})
+    results: list[dict[str, Any]] = []
+
+    async def answer() -> None:
+        results.append(await runner.resume(parked["confirmation_id"],
+                                           ToolConfirmation(confirmed=True)))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(20):
+            tg.start_soon(answer)
+    assert ran == ["a"]
+    assert sum(1 for r in results if r == {"written": "a"}) == 1
+    assert all(r["status"] == "rejected" for r in results if r != {"written": "a"})
+
+
+async def test_audit_events_written_on_the_worker_thread_keep_the_callers_context(
+        tmp_path: Path) -> None:
+    import structlog
+    from structlog.contextvars import bind_contextvars, merge_contextvars, unbind_contextvars
+
+    runner = ToolRunner([FunctionTool(write, require_confirmation=True, run_in_thread=False)],
+                        provider=AutoApprove(), store=ApprovalStore(tmp_path / "a.db"))
+    bind_contextvars(request_id="req-42")
+    try:
+        with structlog.testing.capture_logs(processors=[merge_contextvars]) as logs:
+            result = await runner.call("write", {"path": "a"})
+    finally:
+        unbind_contextvars("request_id")
+    assert result["written"] == "a"
+    assert [e["event"] for e in logs] == ["tool.requested", "tool.decided", "tool.started",
+                                          "tool.finished"]
+    assert {e.get("request_id") for e in logs} == {"req-42"}
