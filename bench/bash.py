@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/bash.py [--rounds 200] [--yes-seconds 5]
 
-1. `true` through our `ExecuteBashTool.run_async` (confirmation pre-supplied) with all
-   three limits and with none, vs ADK 2.13's `ExecuteBashTool` (confirmation
+1. `true` through our `ExecuteBashTool.run_async` (confirmation pre-supplied, the default
+   confinement: the spawner and its zygote) with all three limits and with none, and
+   with confinement='none', vs ADK 2.13's `ExecuteBashTool` (confirmation
    pre-supplied; ADK runs no shell, so its command is `bash -c true`), vs
    `subprocess.run(['bash', '-c', 'true'])`. Rounds run every variant in a shuffled
    order so that machine noise falls on all of them alike.
@@ -13,9 +14,10 @@
 3. For each escape, the time from the deadline to the call's return.
 4. Peak RSS growth of this process while the tool captures 5 s of `yes`.
 
-Goals (issue "ExecuteBashTool"): with limits ≤ 0.9x ADK, without ≤ 0.6x ADK; check ≤ 20 µs
-median for a one-liner (from a process with google-adk imported), ≤ 1 ms for 2 KB and
-≤ 50 ms for any 64 KiB input; return ≤ timeout + 100 ms for every escape;
+Goals: with the three limits and the default confinement ≤ 0.6x ADK (issue 9); with
+limits through the prologue ≤ 0.9x, without limits ≤ 0.6x (issue "ExecuteBashTool"); check
+≤ 20 µs median for a one-liner (from a process with google-adk imported), ≤ 1 ms for 2 KB
+and ≤ 50 ms for any 64 KiB input; return ≤ timeout + 100 ms for every escape;
 RSS growth ≤ 2 x the output cap + 16 MiB.
 """
 
@@ -64,9 +66,11 @@ def _adk(workspace: Path) -> Callable[[], Awaitable[Any]] | None:
     return run
 
 
-def _ours(workspace: Path, limits: bool, via: str = "preexec_fn") -> Callable[[], Awaitable[Any]]:
-    policy = (BashToolPolicy(**LIMITS, rlimits_via=via)  # type: ignore[arg-type]
-              if limits else BashToolPolicy())
+def _ours(workspace: Path, limits: bool, via: str = "preexec_fn", *,
+          confined: bool = True) -> Callable[[], Awaitable[Any]]:  # fmt: skip
+    extra: dict[str, Any] = {} if confined else {"confinement": "none"}
+    policy = (BashToolPolicy(**LIMITS, rlimits_via=via, **extra)  # type: ignore[arg-type]
+              if limits else BashToolPolicy(**extra))
     tool = ExecuteBashTool(workspace=workspace, policy=policy)
 
     async def run() -> Any:
@@ -85,6 +89,7 @@ async def _spawn_table(rounds: int, workspace: Path) -> None:
         "ours, 3 limits": _ours(workspace, True),
         "ours, 3 limits, rlimits_via=prologue": _ours(workspace, True, "prologue"),
         "ours, no limits": _ours(workspace, False),
+        "ours, 3 limits, confinement='none'": _ours(workspace, True, confined=False),
         "subprocess.run(['bash','-c','true'])": plain,
     }
     adk = _adk(workspace)
@@ -103,7 +108,9 @@ async def _spawn_table(rounds: int, workspace: Path) -> None:
             samples[name].append((time.perf_counter() - started) * 1e6)
     medians = {name: statistics.median(xs) for name, xs in samples.items()}
     adk_median = medians.get("ADK 2.13 ExecuteBashTool, 3 limits")
-    goals = {"ours, 3 limits": 0.9, "ours, 3 limits, rlimits_via=prologue": 0.9,
+    # Issue 9: all three limits and the default confinement <= 0.6x ADK; the earlier
+    # goals (issue "ExecuteBashTool") for the other rows.
+    goals = {"ours, 3 limits": 0.6, "ours, 3 limits, rlimits_via=prologue": 0.9,
              "ours, no limits": 0.6}
     print(f"1. `true` end to end ({rounds} rounds, shuffled; load average "
           f"{os.getloadavg()[0]:.2f})")
