@@ -599,15 +599,29 @@ class _EtcSecrets:
         """In a forked child: whether /etc changed since `generation` was current in
         the process it was forked from (events queued, or a later scan there). Reads
         nothing off the queue."""
-        if struct.unpack("=Q", self._shared[:8])[0] != generation or self._inotify < 0:
+        if self._inotify < 0:
             return True
+        # The queue first, then the generation: the forking process bumps the
+        # generation before it empties the queue, so one of the two shows a change.
         pending = array.array("i", [0])
         fcntl.ioctl(self._inotify, _FIONREAD, pending, True)
-        return pending[0] > 0
+        if pending[0] > 0:
+            return True
+        current: int = struct.unpack("=Q", self._shared[:8])[0]
+        return current != generation
 
     def _changed(self) -> bool:
         if self._inotify < 0:
             return True
+        pending = array.array("i", [0])
+        fcntl.ioctl(self._inotify, _FIONREAD, pending, True)
+        if pending[0] <= 0:
+            return False
+        # Mark every zygote prepared from the old list stale *before* emptying the
+        # queue: a zygote checks the queue, then the generation, and between the two
+        # (or during the rescan) it must not see an empty queue and an old generation.
+        self.generation += 1
+        self._shared[:8] = struct.pack("=Q", self.generation)
         changed = False
         while True:
             try:
