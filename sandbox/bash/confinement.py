@@ -570,12 +570,19 @@ class _EtcSecrets:
             os.close(self._inotify)
         self._inotify = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         found: list[tuple[bytes, bool]] = []
-        for top, dirs, files in os.walk(ETC):
+        stack = [ETC]
+        while stack:
+            top = stack.pop()
+            # The watch before the listing: an entry made in between is an event.
             if self._inotify >= 0 and _libc.inotify_add_watch(
                     self._inotify, os.fsencode(top), self._MASK) < 0:  # fmt: skip
                 os.close(self._inotify)  # out of watches: scan on every use
                 self._inotify = -1
-            for name in list(dirs) + files:
+            try:
+                names = os.listdir(top)
+            except OSError:
+                continue
+            for name in names:
                 full = os.path.join(top, name)
                 try:
                     st = os.lstat(full)
@@ -585,8 +592,8 @@ class _EtcSecrets:
                     continue  # its target is checked where it lies
                 if not _world_readable(st):
                     found.append((os.fsencode(full), stat.S_ISDIR(st.st_mode)))
-                    if name in dirs:
-                        dirs.remove(name)
+                elif stat.S_ISDIR(st.st_mode):
+                    stack.append(full)
         if len(found) > self._MAX:
             raise OSError(errno.E2BIG, f"{len(found)} entries of /etc are not world-readable "
                           f"(more than {self._MAX} to cover)")  # fmt: skip
