@@ -186,6 +186,7 @@ def _steps(setup: ChildSetup, prepared: Prepared | None, *,
         if prepared is not None:
             if namespaces:
                 prepared.apply_namespaces()
+            prepared.lock_mounts()  # after the cgroup files are written
             prepared.drop_bounding_set()
         if uid is not None and gid is not None:
             os.setgroups([])

@@ -875,11 +875,16 @@ DENIED_SYSCALLS: Mapping[str, int] = {
     "clock_adjtime": 305, "acct": 163, "quotactl": 179, "quotactl_fd": 443,
     "lookup_dcookie": 212, "setns": 308, "unshare": 272, "vhangup": 153, "syslog": 103,
     "uselib": 134, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+    # inotify watches any path DAC lets root read, Landlock or not: the names and
+    # activity of files outside (another command's TMPDIR). tail -f falls back to polling.
+    "inotify_init": 253, "inotify_init1": 294,
 }  # fmt: skip
 _SYS_CLONE = 56
 _SYS_CLONE3 = 435
 _SYS_IOCTL = 16
 _SYS_SOCKET = 41
+_SYS_SOCKETPAIR = 53
+_SOCK_TYPE_MASK, _SOCK_STREAM = 0xF, 1
 _AF_UNIX = 1
 _AF_NETLINK = 16
 _NETLINK_USERSOCK = 2
@@ -890,6 +895,7 @@ _CLONE_NAMESPACES = (0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C  # push input into a terminal
 
 _BPF_LD_W_ABS, _BPF_JEQ, _BPF_JGE, _BPF_JSET, _BPF_RET = 0x20, 0x15, 0x35, 0x45, 0x06
+_BPF_AND_K = 0x54
 _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
 
@@ -900,7 +906,8 @@ def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
     deny_unix_sockets: `socket(AF_UNIX, ...)` fails too. Landlock does not govern
     `connect` on a pathname unix socket, and a network namespace does not isolate them,
     so without this a root command could talk to any root-owned daemon socket it can
-    name (/run/docker.sock). `socketpair` stays allowed. It also makes
+    name (/run/docker.sock). `socketpair` stays allowed for stream pairs only (a
+    datagram one can `sendto` any pathname socket). It also makes
     `socket(AF_NETLINK, ..., NETLINK_USERSOCK)` fail: the one netlink protocol on which
     unprivileged processes message each other, and commands of one agent share its
     empty network namespace.
@@ -918,6 +925,7 @@ def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
     ]
     if deny_unix_sockets:
         prog.append((_BPF_JEQ, "socket", 0, _SYS_SOCKET))
+        prog.append((_BPF_JEQ, "socketpair", 0, _SYS_SOCKETPAIR))
     prog += [(_BPF_JEQ, "deny", 0, nr) for nr in sorted(DENIED_SYSCALLS.values())]
     prog.append((_BPF_JEQ, "allow", "allow", 0))  # jump over the argument checks
     labels: dict[str, int] = {"clone": len(prog)}
@@ -938,6 +946,14 @@ def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
         (_BPF_JEQ, 0, "allow", _AF_NETLINK),
         (_BPF_LD_W_ABS, 0, 0, 32),  # args[2]: the protocol
         (_BPF_JEQ, "deny", "allow", _NETLINK_USERSOCK),
+    ]
+    # socketpair(AF_UNIX, SOCK_DGRAM): an unbound datagram socket can sendto() any
+    # pathname socket on the host (/dev/log): only stream pairs (pipes) are allowed.
+    labels["socketpair"] = len(prog)
+    prog += [
+        (_BPF_LD_W_ABS, 0, 0, 24),  # args[1], low half: the type and its flags
+        (_BPF_AND_K, 0, 0, _SOCK_TYPE_MASK),
+        (_BPF_JEQ, "allow", "deny", _SOCK_STREAM),
     ]
     # BPF jumps only forward: the verdicts come last.
     labels["allow"] = len(prog)
@@ -966,6 +982,23 @@ _CLONE_NEWUSER = 0x10000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
 _MS_REC, _MS_PRIVATE = 0x4000, 1 << 18
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND = 0x1, 0x20, 0x1000
+_CLONE_NEWIPC = 0x08000000
+_SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE = 442, -100, 0x8000
+_MOUNT_ATTR_RDONLY, _MOUNT_ATTR_NOSUID = 0x1, 0x2
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def _mount_setattr(path: bytes, *, recursive: bool, set_: int, clear: int) -> None:
+    attr = _MountAttr(set_, clear, 0, 0)
+    flags = _AT_RECURSIVE if recursive else 0
+    if _libc.syscall(ctypes.c_long(_SYS_MOUNT_SETATTR), ctypes.c_int(_AT_FDCWD), path,
+                     ctypes.c_uint(flags), ctypes.byref(attr),
+                     ctypes.c_size_t(ctypes.sizeof(attr))) != 0:  # fmt: skip
+        raise OSError(ctypes.get_errno(), f"mount_setattr({os.fsdecode(path)})")
 _PR_SET_SECCOMP = 22
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
@@ -1139,8 +1172,10 @@ class Prepared:
         if os.getpid() != 1:
             raise OSError(errno.EINVAL, "private /proc: the child is not the first process "
                           "of a new PID namespace (fork inside confinement.pid_namespace())")
-        if _libc.unshare(ctypes.c_int(_CLONE_NEWNS)) != 0:
-            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
+        # An IPC namespace too: SysV shared memory, queues and semaphores are otherwise
+        # the host's, and uid 0 owns root's segments.
+        if _libc.unshare(ctypes.c_int(_CLONE_NEWNS | _CLONE_NEWIPC)) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS|CLONE_NEWIPC)")
         if _libc.mount(None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None) != 0:
             raise OSError(ctypes.get_errno(), "mount(/, MS_REC|MS_PRIVATE)")
         if _libc.mount(b"proc", b"/proc", b"proc",
@@ -1161,6 +1196,34 @@ class Prepared:
         if self._ruleset >= 0 and self.confinement.landlock_fs:
             # The rule names the new /proc's inode, which exists only from here on.
             _add_path_rule(self._ruleset, "/proc", _read_rights())
+        self._own_mounts = True  # this process's mount namespace: see lock_mounts
+
+    def lock_mounts(self) -> None:
+        """In the child's own mount namespace (private /proc), after it joined its
+        cgroups and before it drops its capabilities: every mount read-only and nosuid
+        but the paths the command may write. Landlock does not govern chmod, utime or
+        extended attributes, and root owns root's files: without this a command could
+        chmod 4755 a root binary of the host, or make /etc/passwd writable."""
+        if not getattr(self, "_own_mounts", False) or os.getpid() != 1:
+            return  # never in a shared mount namespace
+        writable = [os.fsencode(p) for p in (*self.confinement.write_paths,
+                                             *self.confinement.private_paths,
+                                             *getattr(self, "_run_paths", ()))
+                    if os.path.exists(p)]
+        for path in writable:
+            self._bind_self(path)
+        _mount_setattr(b"/", recursive=True, set_=_MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID,
+                       clear=0)
+        for path in writable:
+            _mount_setattr(path, recursive=False, set_=0, clear=_MOUNT_ATTR_RDONLY)
+        # The working directory was entered before the bind mounts: enter it again, so
+        # that relative paths resolve on the writable mount on top.
+        os.chdir(os.getcwd())
+
+    @staticmethod
+    def _bind_self(path: bytes) -> None:
+        if _libc.mount(path, path, None, ctypes.c_ulong(_MS_BIND), None) != 0:
+            raise OSError(ctypes.get_errno(), f"bind {os.fsdecode(path)}")
 
     def still_fresh(self) -> bool:
         """Whether what was prepared still matches the machine: no path of a Landlock
@@ -1191,6 +1254,7 @@ class Prepared:
         if self._ruleset >= 0 and self.confinement.landlock_fs:
             for path in paths:
                 _add_path_rule(self._ruleset, path, _fs_rights(self.confinement.landlock_abi))
+        self._run_paths = paths  # writable when lock_mounts makes the rest read-only
 
     def drop_bounding_set(self) -> None:
         if not self.confinement.drop_capabilities:
@@ -1229,6 +1293,7 @@ class Prepared:
     def apply(self) -> None:
         """Everything, for a child that keeps its identity (see the module doc)."""
         self.apply_namespaces()
+        self.lock_mounts()
         self.drop_bounding_set()
         self.drop_capabilities()
         self.restrict()
