@@ -76,9 +76,23 @@ class Transitions:
         self.audit = audit
         self.rules = rules
         self.step = StoreSteps(store)
+        self._batches = bool(getattr(store, "batches", False))
 
     async def _in_step(self, body: Callable[[], T]) -> T:
         return body() if not self.step.blocking else await self.step(body)
+
+    def _batched(self, body: Callable[[], T]) -> Callable[[], T]:
+        """``body`` (several store operations) in one transaction, where the store's
+        commits cost more than its statements (`ApprovalStore.batch`)."""
+        if not self._batches:
+            return body
+        batch = self.store.batch
+
+        def batched() -> T:
+            with batch():
+                return body()
+
+        return batched
 
     # -- calls -------------------------------------------------------------------------
 
@@ -95,6 +109,7 @@ class Transitions:
                 return rec
             return self._start(call)
 
+        step = self._batched(step)
         return step() if not self.step.blocking else await self.step(step)
 
     async def open_and_end(self, call: Call, state: str, result: dict[str, Any],
@@ -106,7 +121,7 @@ class Transitions:
                 return rec
             return self._end(call, state, result, event)
 
-        return await self._in_step(step)
+        return await self._in_step(self._batched(step))
 
     async def open_and_park(self, call: Call, park: Park,
                             ) -> CallRecord | tuple[Asked, list[Rule] | None]:
@@ -118,6 +133,7 @@ class Transitions:
                 return rec
             return self._park(call, park)
 
+        step = self._batched(step)
         return step() if not self.step.blocking else await self.step(step)
 
     async def refused(self, name: str, call_id: str, reason: str,
@@ -199,7 +215,7 @@ class Transitions:
     async def park(self, call: Call, park: Park) -> tuple[Asked, list[Rule] | None]:
         """Park a request for a call in progress, and find the rules that approve it:
         one store step."""
-        return await self._in_step(lambda: self._park(call, park))
+        return await self._in_step(self._batched(lambda: self._park(call, park)))
 
     def _park(self, call: Call, park: Park) -> tuple[Asked, list[Rule] | None]:
         rid, created = self.store.park(
@@ -253,6 +269,7 @@ class Transitions:
                     self._recorded(judged.call, req, judged.plan)
             return judged
 
+        step = self._batched(step)
         return step() if not self.step.blocking else await self.step(step)
 
     def _record(self, req: Request, plan: Plan) -> None:
@@ -341,7 +358,7 @@ class Transitions:
                                 decided_by=answer.decided_by, channel=answer.channel)
             return made
 
-        return await self._in_step(step)
+        return await self._in_step(self._batched(step))
 
     # -- reading -----------------------------------------------------------------------
 
