@@ -1,4 +1,5 @@
-"""Where the gate's store steps run: a memory store's inline, a SQLite file's on the
+"""Where the gate's store steps run: a memory store's inline; a SQLite file's inline only
+when that cannot wait (its write lock is free and no audit sink may wait), else on the
 store's worker thread, so that waiting for another process's lock never stalls the
 event loop; and a call still runs exactly once through that thread."""
 
@@ -130,3 +131,75 @@ async def test_audit_events_written_on_the_worker_thread_keep_the_callers_contex
     assert [e["event"] for e in logs] == ["tool.requested", "tool.decided", "tool.started",
                                           "tool.finished"]
     assert {e.get("request_id") for e in logs} == {"req-42"}
+
+
+async def test_a_sqlite_step_whose_lock_is_free_runs_inline_and_leaves_the_settings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import structlog
+
+    # No audit sink (another test may have configured structlog): with one, every step
+    # goes through the worker thread, since a sink may wait on a file lock.
+    monkeypatch.setattr(structlog, "is_configured", lambda: False)
+    seen: list[str] = []
+
+    class Recording(type(ApprovalStore(tmp_path / "probe.db"))):  # type: ignore[misc]
+        def open_call(self, *args: Any, **kwargs: Any) -> Any:
+            seen.append(threading.current_thread().name)
+            return super().open_call(*args, **kwargs)
+
+    store = Recording(tmp_path / "approvals.db", busy_timeout=7.0)
+    runner = ToolRunner([FunctionTool(write, require_confirmation=True, run_in_thread=False)],
+                        store=store)
+    parked = await runner.call("write", {"path": "a"})
+    assert seen == [threading.current_thread().name]  # no thread hop: nobody else writes
+    result = await runner.resume(parked["confirmation_id"], ToolConfirmation(confirmed=True))
+    assert result["written"] == "a"
+    assert [s for s, _, _ in store.journal(parked["call_id"])] == [
+        "new", "awaiting", "approved", "started", "done"]
+    # The step's own settings are put back: a later wait still waits busy_timeout, and
+    # the worker thread's commits still checkpoint the log.
+    assert store._db.execute("PRAGMA busy_timeout").fetchone()[0] == 7000
+    assert store._db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 10_000
+    assert not store._db.in_transaction
+
+
+async def test_with_an_audit_sink_every_sqlite_step_goes_through_the_worker_thread(
+        tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    class Recording(type(ApprovalStore(tmp_path / "probe.db"))):  # type: ignore[misc]
+        def open_call(self, *args: Any, **kwargs: Any) -> Any:
+            seen.append(threading.current_thread().name)
+            return super().open_call(*args, **kwargs)
+
+    runner = ToolRunner([FunctionTool(write, require_confirmation=True, run_in_thread=False)],
+                        provider=AutoApprove(), store=Recording(tmp_path / "approvals.db"),
+                        audit_path=str(tmp_path / "audit.jsonl"))
+    assert (await runner.call("write", {"path": "a"}))["written"] == "a"
+    assert seen == ["sandbox-store"]
+
+
+def test_run_now_sends_every_few_hundredth_step_to_the_worker_thread(tmp_path: Path) -> None:
+    from sandbox.approval.store.sqlite import _NOW_PER_CHECKPOINT_CHANCE
+
+    store = ApprovalStore(tmp_path / "approvals.db")
+    declined = [i for i in range(1, 2 * _NOW_PER_CHECKPOINT_CHANCE + 1)
+                if not store.run_now(lambda: None)[0]]
+    assert declined == [_NOW_PER_CHECKPOINT_CHANCE, 2 * _NOW_PER_CHECKPOINT_CHANCE]
+
+
+def test_run_now_declines_while_another_process_writes_and_changes_nothing(
+        tmp_path: Path) -> None:
+    path = tmp_path / "approvals.db"
+    store = ApprovalStore(path)
+    locker = subprocess.Popen([sys.executable, "-c", _LOCKER, str(path), "1.0"],
+                              stdout=subprocess.PIPE, text=True)
+    ran: list[int] = []
+    try:
+        assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
+        done, _ = store.run_now(lambda: ran.append(1))
+    finally:
+        locker.wait(timeout=30)
+    assert (done, ran) == (False, [])
+    assert store._db.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000
+    assert not store._db.in_transaction
