@@ -174,6 +174,8 @@ class PostgresApprovalStore(SQLApprovalStore):
     """The approval store in a PostgreSQL database (``postgresql://`` URL)."""
 
     _SQL_NOW = "extract(epoch from clock_timestamp())::float8"
+    # A decision notifies its waiters in the statement that records it.
+    _RETURNING_NOTIFY = ", pg_notify(?, id)"
 
     def __init__(
         self,
@@ -243,6 +245,7 @@ class PostgresApprovalStore(SQLApprovalStore):
         digest = hashlib.sha256(self.schema.encode()).digest()
         self._key = int.from_bytes(digest[:4], "big", signed=True)
         self._channel = f"sandbox_answers_{digest[:8].hex()}"
+        self._answer_channel = self._channel
         try:
             self._migrate()
         except BaseException:
