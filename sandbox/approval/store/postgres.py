@@ -389,15 +389,17 @@ class PostgresApprovalStore(SQLApprovalStore):
             for attempt in (1, 2):  # nothing ran yet: a lost connection is tried again
                 conn = self._live()
                 try:
-                    conn.execute("BEGIN")
-                    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (lock, self._key))
+                    # One round trip: without parameters psycopg sends the simple query
+                    # protocol, which takes both statements (the keys are our own ints).
+                    conn.execute(f"BEGIN; SELECT pg_advisory_xact_lock({int(lock)}, "
+                                 f"{int(self._key)})")
                     break
                 except self._pg.errors.LockNotAvailable as exc:
                     with contextlib.suppress(self._pg.Error):
                         conn.execute("ROLLBACK")
                     raise self._busy(exc) from None
                 except self._pg.OperationalError as exc:
-                    self._drop()
+                    self._drop()  # (a transaction the server saw begin ends with it)
                     if attempt == 2:
                         raise self._lost(exc, "before a transaction began; nothing was "
                                          "written") from None
