@@ -155,6 +155,31 @@ class Transitions:
         return step() if not self.step.blocking and not self._batches else (
             await self._atomic(step))
 
+    async def open_park_decide(
+        self, call: Call, park: Park, answer_for: Callable[[list[Rule] | None], Decision],
+        plan_for: Callable[[Decision], Plan],
+    ) -> CallRecord | tuple[Asked, Decision, Plan, NotRun | None]:
+        """Open a call whose answer is known without asking (a fixed answer, or the
+        remembered rules that approve it: ``answer_for(rules)``), park its request and
+        record that answer's decision, claiming the grant with it: one store step, with
+        the same records and events as parking and deciding one after the other."""
+        def step() -> CallRecord | tuple[Asked, Decision, Plan, NotRun | None]:
+            rec = self._open(call)
+            if rec is not None:
+                return rec
+            asked, rules = self._park(call, park)
+            answer = answer_for(rules)
+            decided = plan_for(answer)
+            try:
+                self._record(asked, decided)
+            except ConfirmationStateError as exc:
+                return asked, answer, decided, self._refusal(call, asked, decided, exc)
+            self._recorded(call, asked, decided)
+            return asked, answer, decided, None
+
+        return step() if not self.step.blocking and not self._batches else (
+            await self._atomic(step))
+
     async def refused(self, name: str, call_id: str, reason: str,
                       digest: str | None = None, **fields: Any) -> None:
         """A call refused without a store transition: only the trail records it."""
