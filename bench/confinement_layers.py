@@ -1,10 +1,13 @@
 """Per-command cost of each OS confinement layer (sandbox/bash/confinement.py).
 
 Each row spawns `/bin/true` with subprocess and a preexec_fn that applies one layer
-(preparation before the fork included, as a run does it), and reports the median wall
-time per command and the difference against an empty preexec_fn. The last rows run
-`bash -c true` through `run_bash` with confinement "none" and the default, so the
-whole cost of the second wall in a real run shows too.
+(preparation before the fork included, as a run does it: the prepared Landlock rules
+and BPF program are reused from run to run, as the spawner reuses them), and reports
+the median wall time per command and the difference against an empty preexec_fn. The
+private /proc row forks inside a new PID namespace, as the spawner does. The last rows
+run `bash -c true` through `run_bash` (the spawner, with its zygote) with confinement
+"none", the default, and the default without a private /proc, so the whole cost of
+the second wall in a real run shows too.
 
     .venv/bin/python bench/confinement_layers.py [--runs 200]
 """
@@ -12,6 +15,8 @@ whole cost of the second wall in a real run shows too.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import statistics
 import subprocess
 import tempfile
@@ -21,7 +26,16 @@ from pathlib import Path
 
 import anyio
 
-from sandbox.bash.confinement import Confinement, ConfinementRequest, detect, plan, prepare
+from sandbox.bash import confinement as confinement_module
+from sandbox.bash.confinement import (
+    UNAVAILABLE_ENV,
+    Confinement,
+    ConfinementRequest,
+    detect,
+    pid_namespace,
+    plan,
+    prepare,
+)
 from sandbox.bash.process import Limits, run_bash
 
 TRUE = "/bin/true"
@@ -58,7 +72,8 @@ def _spawn(confinement: Confinement | None) -> Callable[[], None]:
             return
         prepared = prepare(confinement)
         try:
-            subprocess.run([TRUE], check=True, preexec_fn=prepared.apply)
+            with pid_namespace() if confinement.private_proc else contextlib.nullcontext(""):
+                subprocess.run([TRUE], check=True, preexec_fn=prepared.apply)
         finally:
             prepared.close()
 
@@ -81,19 +96,35 @@ def main() -> None:
         ("capabilities dropped", Confinement(no_new_privs=False)),
         ("no_new_privs", Confinement(drop_capabilities=False)),
         ("seccomp filter", Confinement(drop_capabilities=False, seccomp=True)),
-        ("landlock fs (ruleset built per run)", Confinement(
+        # The default's rules, with the host's /proc granted (the private /proc row
+        # adds the namespaces that cover /etc's secrets and mount a fresh /proc).
+        ("landlock fs (the default's rules)", Confinement(
             drop_capabilities=False, landlock_abi=abi, landlock_fs=True,
-            read_paths=full.read_paths, write_paths=full.write_paths,
+            read_paths=(*full.read_paths, "/proc"), write_paths=full.write_paths,
+            private_paths=full.private_paths, device_paths=full.device_paths)),
+        ("landlock fs (/etc piecewise, ~170 rules)", Confinement(
+            drop_capabilities=False, landlock_abi=abi, landlock_fs=True,
+            read_paths=(*[p for p in full.read_paths if p != "/etc"], "/proc",
+                        *confinement_module._etc_rules()),
+            write_paths=full.write_paths, private_paths=full.private_paths,
             device_paths=full.device_paths)),
         ("landlock net + scopes", Confinement(
             drop_capabilities=False, landlock_abi=abi, landlock_net=True,
             landlock_scopes=True)),
-        ("network namespace", Confinement(drop_capabilities=False, new_netns=True,
-                                          new_userns=full.new_userns, euid=full.euid,
-                                          egid=full.egid)),
+        ("network namespace (shared, setns)", Confinement(
+            drop_capabilities=False, new_netns=True, new_userns=full.new_userns,
+            euid=full.euid, egid=full.egid)),
+        ("network namespace (new, loopback)", Confinement(
+            drop_capabilities=False, new_netns=True, loopback_up=True,
+            new_userns=full.new_userns, euid=full.euid, egid=full.egid)),
+        ("private /proc (PID+mount ns, /etc covers)", Confinement(
+            drop_capabilities=False, private_proc=True,
+            hide_etc_secrets=full.hide_etc_secrets)),
         ("all layers (the default)", full),
     ]  # fmt: skip
-    print(f"Landlock ABI {abi}; missing: {dict(kernel.missing) or 'nothing'}; {runs} runs each")
+    print(f"Landlock ABI {abi}; missing: {dict(kernel.missing) or 'nothing'}; {runs} runs each; "
+          f"{len(full.read_paths) + len(full.write_paths)} Landlock path rules; load "
+          f"{os.getloadavg()[0]:.2f}")
     print(f"{'layer':40} {'median µs':>10} {'vs empty preexec_fn':>20}")
     medians = _interleaved([_spawn(c) for _, c in rows], runs)
     base = medians[1]
@@ -111,11 +142,20 @@ def main() -> None:
             await run_bash("true", cwd=Path(workspace), env={"PATH": "/usr/bin:/bin"},
                            timeout=10, limits=Limits(), confinement=request)  # fmt: skip
             samples.append(time.perf_counter() - started)
+            await anyio.sleep(0.005)  # as between an agent's commands: the zygote is ready
         return statistics.median(samples[1:]) * 1e6
 
-    for mode in ("none", "best-effort"):
+    print()
+    print("through run_bash and the spawner (a zygote forked ahead of each command):")
+    for label, mode, without in (("confinement='none'", "none", ""),
+                                 ("the default (best-effort)", "best-effort", ""),
+                                 ("the default without private /proc", "best-effort",
+                                  "private-proc")):  # fmt: skip
+        os.environ[UNAVAILABLE_ENV] = without
+        confinement_module._reset_detection_for_tests()
         micros = anyio.run(through_run_bash, mode)
-        print(f"{'run_bash bash -c true, confinement=' + mode:40} {micros:10.0f}")
+        print(f"{'run_bash bash -c true, ' + label:52} {micros:10.0f}")
+    os.environ.pop(UNAVAILABLE_ENV, None)
 
 
 if __name__ == "__main__":

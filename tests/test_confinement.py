@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
@@ -137,6 +138,17 @@ async def test_the_agents_environment_is_unreadable(workspace: Path, identity: s
         pytest.skip("drop_privileges needs root")
     result = await run(workspace, f"cat /proc/{os.getpid()}/environ | tr '\\0' '\\n'", identity)
     assert "PATH=" not in result["stdout"]
+    # With a private /proc the agent is not even listed; without, Landlock's ptrace rule.
+    hidden = confinement.detect().has("private-proc")
+    assert ("No such file or directory" if hidden else "Permission denied") in result["stderr"]
+
+
+@needs_landlock
+async def test_landlock_alone_still_hides_the_agents_environment(workspace: Path,
+                                                                 simulate: Any) -> None:  # fmt: skip
+    simulate("private-proc")
+    result = await run(workspace, f"cat /proc/{os.getpid()}/environ | tr '\\0' '\\n'")
+    assert "PATH=" not in result["stdout"]
     assert "Permission denied" in result["stderr"]
 
 
@@ -207,7 +219,26 @@ async def test_killing_a_process_outside_the_tree_fails(workspace: Path, identit
     victim = subprocess.Popen(["sleep", "60"])
     try:
         result = await run(workspace, f"kill -9 {victim.pid}; kill -TERM {victim.pid}", identity)
-        assert result["stderr"].count("Operation not permitted") == 2
+        # In a PID namespace of its own the victim's pid names nothing; without one,
+        # Landlock's signal scope refuses.
+        hidden = confinement.detect().has("private-proc")
+        why = "No such process" if hidden else "Operation not permitted"
+        assert result["stderr"].count(why) == 2, result
+        time.sleep(0.05)
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+@needs_landlock
+async def test_landlock_alone_still_refuses_signals_outside(workspace: Path,
+                                                            simulate: Any) -> None:  # fmt: skip
+    simulate("private-proc")
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        result = await run(workspace, f"kill -9 {victim.pid}; kill -TERM {victim.pid}")
+        assert result["stderr"].count("Operation not permitted") == 2, result
         time.sleep(0.05)
         assert victim.poll() is None
     finally:
@@ -268,7 +299,130 @@ async def test_seccomp_denies_namespaces_and_ptrace(workspace: Path) -> None:
     assert result["stdout"].strip() == "1"
 
 
+needs_private_proc = pytest.mark.skipif(
+    not confinement.detect().has("private-proc"), reason="needs root (PID namespaces)"
+)
+
+
+@needs_private_proc
+@pytest.mark.parametrize("identity", IDENTITIES)
+async def test_processes_outside_the_command_are_invisible(workspace: Path,
+                                                           identity: str) -> None:  # fmt: skip
+    # Another command runs meanwhile, and an unrelated process of the agent's user.
+    marker = f"sleep 1000.{uuid.uuid4().int % 10**9}"
+    outsider = subprocess.Popen(["bash", "-c", f"exec -a sandbox-outsider {marker}"])
+    tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy(
+        timeout_seconds=30, drop_privileges=identity == "nobody"))  # fmt: skip
+    (workspace / "other.sh").write_text(f"exec -a sandbox-other {marker}\n")
+
+    async def other() -> None:
+        await tool.run_async(args={"command": "bash other.sh"}, tool_context=ctx())
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other)
+            await anyio.sleep(0.3)  # the other command runs
+            result = await run(
+                workspace,
+                f"cat /proc/{os.getpid()}/cmdline /proc/{outsider.pid}/cmdline; "
+                "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done; "
+                "echo self=$(readlink /proc/self)",
+                identity,
+            )
+            tg.cancel_scope.cancel()
+    finally:
+        outsider.kill()
+        outsider.wait()
+    out = result["stdout"]
+    assert "sandbox-outsider" not in out and "sandbox-other" not in out, out
+    assert "pytest" not in out and sys.executable not in out, out
+    assert result["stderr"].count("No such file or directory") == 2, result
+    # Only the command's own tree is listed: bash (pid 1), the loop's children.
+    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+    assert len(pids) > 10  # the agent sees the machine ...
+    assert out.count("bash") <= 3, out  # ... the command sees itself
+    assert "self=" in out and int(out.split("self=")[1]) < 10
+    assert result["containment"]["private-proc"].startswith("active")
+
+
+@needs_private_proc
+async def test_private_proc_keeps_every_other_layer(workspace: Path) -> None:
+    result = await run(workspace, "grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; "
+                                  "cat /proc/1/environ | tr '\\0' '\\n' | grep -c PATH=")  # fmt: skip
+    fields = dict(line.split(":\t") for line in result["stdout"].splitlines()[:3])
+    assert fields == {"CapEff": "0" * 16, "NoNewPrivs": "1", "Seccomp": "2"}, result
+    # Its own environment, through its own /proc: readable, as it would be anyway.
+    assert result["stdout"].splitlines()[-1] == "1"
+
+
 # ------------------------------------------------------------------ the filesystem
+
+
+@needs_root
+@needs_landlock
+@needs_private_proc
+async def test_a_secret_added_to_etc_while_the_agent_runs_is_covered(workspace: Path) -> None:
+    # /etc is granted whole, its entries nobody may read covered in the command's mount
+    # namespace; a new one (or one chmod'ed) must be covered from the next command on,
+    # zygote prepared before the change included.
+    await run(workspace, "true")  # the spawner and its zygote exist now
+    secret = Path(f"/etc/sandbox-test-secret-{uuid.uuid4().hex[:8]}")
+    fd = os.open(secret, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, b"TOP-SECRET\n")
+        os.close(fd)
+        result = await run(workspace, f"cat {secret}; chmod 644 {secret}; echo x >> {secret}; "
+                                      "cat /etc/hostname >/dev/null && echo etc-readable")  # fmt: skip
+        assert "TOP-SECRET" not in result["stdout"]
+        assert "etc-readable" in result["stdout"]
+        assert "Permission denied" in result["stderr"], result
+        assert secret.read_text() == "TOP-SECRET\n" and secret.stat().st_mode & 0o777 == 0o600
+        os.chmod(secret, 0o644)  # made public: readable from the next command on
+        public = await run(workspace, f"cat {secret}")
+        assert public["stdout"] == "TOP-SECRET\n", public
+        os.chmod(secret, 0o600)
+        again = await run(workspace, f"cat {secret}")
+        assert "TOP-SECRET" not in again["stdout"] and "Permission denied" in again["stderr"]
+    finally:
+        secret.unlink()
+
+
+@needs_landlock
+async def test_concurrent_commands_cannot_reach_each_others_tmpdir(workspace: Path) -> None:
+    tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy(timeout_seconds=30))
+    first: dict[str, Any] = {}
+
+    (workspace / "holder.sh").write_text(
+        'echo MINE > "$TMPDIR/f"; echo "$TMPDIR" > where; sleep 2; cat "$TMPDIR/f"\n')
+
+    async def holder() -> None:
+        first.update(await tool.run_async(args={"command": "bash holder.sh"},
+                                          tool_context=ctx()))  # fmt: skip
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(holder)
+        for _ in range(500):  # the holder has written where its TMPDIR is
+            if (workspace / "where").exists():
+                break
+            await anyio.sleep(0.02)
+        await anyio.sleep(0.05)
+        result = await run(workspace, 'd=$(cat where); cat "$d/f"; echo x > "$d/g"; ls "$d"')
+    assert "MINE" not in result["stdout"], result
+    assert result["stderr"].count("Permission denied") == 3, result
+    assert first["stdout"] == "MINE\n"
+
+
+@needs_landlock
+async def test_a_workspace_made_again_is_granted_again(workspace: Path) -> None:
+    # The prepared Landlock rules name the old directory's inode: they must be rebuilt.
+    assert (await run(workspace, "echo one > f && cat f"))["stdout"] == "one\n"
+    shutil.rmtree(workspace)
+    workspace.mkdir()
+    workspace.chmod(0o777)
+    result = await run(workspace, "echo two > f && cat f")
+    assert result["stdout"] == "two\n", result
+
+
 
 
 @needs_landlock
@@ -527,6 +681,24 @@ async def test_unix_sockets_outside_are_unreachable_unless_network_host(workspac
     finally:
         server.close()
         shutil.rmtree(sockdir, ignore_errors=True)
+
+
+@pytest.mark.skipif(shutil.which("python3") is None, reason="needs python3 on PATH")
+async def test_commands_sharing_the_empty_network_cannot_message_each_other(
+    workspace: Path,
+) -> None:
+    # The commands of one agent share one empty network namespace; NETLINK_USERSOCK is
+    # the netlink protocol unprivileged processes can message each other on.
+    (workspace / "nl.py").write_text(
+        "import socket\n"
+        "for proto in (2, 0):  # NETLINK_USERSOCK, NETLINK_ROUTE\n"
+        "    try: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, proto).close(); "
+        "print(proto, 'ok')\n"
+        "    except OSError as e: print(proto, e.errno)\n")  # fmt: skip
+    result = await run(workspace, "python3 nl.py")
+    assert result["stdout"] == "2 1\n0 ok\n", result  # EPERM; routing info still works
+    host = await run(workspace, "python3 nl.py", network="host")
+    assert host["stdout"] == "2 ok\n0 ok\n", host
 
 
 @needs_landlock

@@ -158,3 +158,26 @@ def test_reading_a_file_through_a_substitution_is_decided_as_cat() -> None:
     assert READONLY.needs_confirmation('echo -- "$(< /etc/shadow)"')
     assert READONLY.needs_confirmation("echo -- `< /etc/shadow`")
     assert not READONLY.needs_confirmation("echo -- hi")
+
+
+@pytest.mark.parametrize(
+    ("policy", "command"),
+    [
+        # these print the lines of a file in their error messages, and run unasked
+        (READONLY, "date -f /etc/shadow"), (READONLY, "file -f /etc/shadow"),
+        (READONLY, "wc --files0-from=/etc/shadow"), (READONLY, "du --files0-from=/etc/shadow"),
+        (GIT_READONLY, "git blame --contents /etc/passwd f.txt"),
+        # tail's obsolete '+Nf' operand follows the file until the timeout
+        (READONLY, "tail +1f f.txt"),
+    ],
+)
+def test_options_that_print_other_files_or_hang_are_refused(
+    policy: BashToolPolicy, command: str
+) -> None:
+    assert not policy.check(command).allowed, command
+
+
+def test_python_dev_asks_before_linters_that_can_change_files() -> None:
+    assert PYTHON_DEV.needs_confirmation("ruff check --fix .")
+    assert PYTHON_DEV.needs_confirmation("mypy --install-types --non-interactive src")
+    assert not PYTHON_DEV.needs_confirmation("pytest -q tests")

@@ -7,6 +7,8 @@ import os
 import resource
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -37,13 +39,23 @@ async def bash(command: str, workspace: Path, **kwargs: object) -> ProcessResult
     return await run_bash(command, cwd=workspace, **options)  # type: ignore[arg-type]
 
 
-def our_cgroup_dirs() -> list[Path]:
+def our_cgroup_dirs(pid: int | None = None) -> list[Path]:
     found = []
     for controller in ("", "pids", "freezer"):
         base, _ = cgroups.locate(controller)
         if base is not None:
-            found += sorted(base.path.glob(f"sandbox-{os.getpid()}-*"))
+            found += sorted(base.path.glob(f"sandbox-{pid or os.getpid()}-*"))
     return found
+
+
+def leftover_cgroup_dirs() -> list[Path]:
+    """Our run cgroups that hold a process, or that are not kept emptied for the next
+    run (at most cgroups._POOL_SIZE per hierarchy, removed at exit)."""
+    dirs = our_cgroup_dirs()
+    busy = [d for d in dirs if (d / "cgroup.procs").read_text().strip()]
+    kept = {path for pool in cgroups._pool.values() for path in (c.path for c in pool)}
+    assert all(len(pool) <= cgroups._POOL_SIZE for pool in cgroups._pool.values())
+    return busy + [d for d in dirs if d not in kept]
 
 
 @pytest.fixture(autouse=True)
@@ -302,7 +314,23 @@ async def test_file_size_limit_is_never_looser_than_asked_in_posix_mode(tmp_path
 async def test_cgroups_are_removed_after_every_run(tmp_path: Path, sleep_marker: str) -> None:
     await bash(f"sleep {sleep_marker} & setsid -f sleep {sleep_marker}; true", tmp_path)
     await bash(f"sleep {sleep_marker}", tmp_path, timeout=0.2, limits=Limits(max_child_processes=5))
-    assert our_cgroup_dirs() == []
+    assert leftover_cgroup_dirs() == []
+
+
+def test_kept_cgroups_are_removed_when_the_agent_exits(tmp_path: Path) -> None:
+    agent = (
+        "import anyio, pathlib, sys\n"
+        "from sandbox.bash.process import Limits, run_bash\n"
+        "async def main():\n"
+        "    for _ in range(3):\n"
+        "        await run_bash('true', cwd=pathlib.Path(sys.argv[1]), env={}, timeout=10,\n"
+        "                       limits=Limits(max_child_processes=5))\n"
+        "anyio.run(main)\n"
+        "import os; print(os.getpid())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", agent, str(tmp_path)], capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert our_cgroup_dirs(int(done.stdout)) == []
 
 
 @pytest.mark.anyio
@@ -319,7 +347,7 @@ async def test_cancellation_kills_the_tree_and_removes_the_cgroups(
     for pid in alive:
         os.kill(int(pid), signal.SIGKILL)
     assert alive == []
-    assert our_cgroup_dirs() == []
+    assert leftover_cgroup_dirs() == []
 
 
 @pytest.mark.anyio
@@ -334,7 +362,7 @@ async def test_concurrent_runs_are_independent(tmp_path: Path, sleep_marker: str
             tg.start_soon(one, i)
     assert {i: r.stdout for i, r in results.items()} == {i: f"{i}\n" for i in range(1, 6)}
     assert all(r.killed_processes == 1 for r in results.values())
-    assert our_cgroup_dirs() == []
+    assert leftover_cgroup_dirs() == []
 
 
 @pytest.mark.anyio

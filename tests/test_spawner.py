@@ -21,12 +21,14 @@ pytestmark = pytest.mark.anyio
 
 _AGENT = r"""
 import anyio, pathlib, sys
+from sandbox.bash.confinement import ConfinementRequest
 from sandbox.bash.process import run_bash, Limits
 from sandbox.bash.spawner import Spawner
 async def main():
     print(Spawner.shared().pid, flush=True)
+    # Confined as ExecuteBashTool does by default: the spawner also holds a zygote.
     await run_bash(sys.argv[2], cwd=pathlib.Path(sys.argv[1]), env={"PATH": "/usr/bin:/bin"},
-                   timeout=60, limits=Limits())
+                   timeout=60, limits=Limits(), confinement=ConfinementRequest())
 anyio.run(main)
 """
 
@@ -48,6 +50,19 @@ def _argv0(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
     except OSError:
         return ""
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(entry))
+    return found
 
 
 def _gone(pid: int) -> bool:
@@ -74,6 +89,10 @@ def test_a_killed_agent_takes_every_command_tree_with_it(how: int, tmp_path: Pat
         # Both have exec'd (a cmdline read mid-exec can come back empty).
         running = sum(_argv0(pid) in (marker, f"{marker}-main") for pid in _with_marker(marker))
     assert running == 2, "the command did not start"
+    # The spawner's children: the command, and the zygote ready for the next one.
+    deadline = time.monotonic() + 5
+    while len(children := _children(spawner_pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
     agent.send_signal(how)
     agent.wait(timeout=10)
     died_at = time.monotonic()
@@ -84,6 +103,7 @@ def test_a_killed_agent_takes_every_command_tree_with_it(how: int, tmp_path: Pat
     while not _gone(spawner_pid) and time.monotonic() - died_at < 5:
         time.sleep(0.01)
     assert _gone(spawner_pid), "the spawner outlived its agent"
+    assert all(_gone(pid) for pid in children), "a child of the spawner outlived it"
 
 
 async def test_a_spawner_killed_mid_command_is_a_clear_error_and_the_next_one_works(
@@ -138,3 +158,33 @@ def test_the_agent_never_forks_itself_for_a_confined_command(tmp_path: Path) -> 
     stat = anyio.run(main)
     ppid = int(stat.rsplit(")", 1)[1].split()[1])
     assert ppid != os.getpid()
+
+
+async def test_commands_of_different_confinements_at_once_each_run_once(tmp_path: Path) -> None:
+    # The spawner prepares a zygote for the last confinement it saw and offers it to
+    # the agent; commands of other confinements, at once, revoke or pass it by.
+    import anyio
+
+    from sandbox.bash.confinement import ConfinementRequest
+
+    requests = [None, ConfinementRequest(), ConfinementRequest(network="loopback"),
+                ConfinementRequest(network="host")]
+    results: dict[int, str] = {}
+
+    async def one(i: int) -> None:
+        r = await run_bash(f"echo {i} >> ran; echo {i}", cwd=tmp_path,
+                           env={"PATH": "/usr/bin:/bin"}, timeout=20,
+                           limits=Limits(max_file_size_bytes=1 << 20),
+                           confinement=requests[i % len(requests)])
+        results[i] = r.stdout
+
+    for _ in range(2):  # the second round finds zygotes ready
+        (tmp_path / "ran").unlink(missing_ok=True)
+        results.clear()
+        async with anyio.create_task_group() as tg:
+            for i in range(16):
+                tg.start_soon(one, i)
+        assert results == {i: f"{i}\n" for i in range(16)}
+        ran = sorted(int(line) for line in (tmp_path / "ran").read_text().split())
+        assert ran == list(range(16))  # each exactly once
+        await anyio.sleep(0.2)

@@ -4,6 +4,8 @@ framing of `sandbox.bash.spawner`."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import select
 import signal
@@ -12,27 +14,79 @@ import sys
 import time
 from typing import Any
 
-from sandbox.bash.child import preexec_fn
-from sandbox.bash.spawner import _recv, _send
+from sandbox.bash.child import (
+    needs_pid_namespace,
+    preexec_fn,
+    zygote_key,
+    zygote_preparation,
+    zygote_steps,
+)
+from sandbox.bash.confinement import pid_namespace
+from sandbox.bash.spawner import STALE, _recv, _send
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+# This process's own pidfd, readable once it has exited: inherited by each child, which
+# checks it after PR_SET_PDEATHSIG (its parent may be outside its PID namespace, where
+# getppid() says 0 whoever the parent is).
+_SELF = os.pidfd_open(os.getpid())
+# Above every descriptor the child can hold (closerange uses close_range(2)).
+_MAX_FD = 1 << 30
 
 
 class _Job:
-    def __init__(self, pid: int, reply: socket.socket, kill_files: list[str]) -> None:
+    def __init__(self, pid: int, reply: socket.socket, kill_files: list[str],
+                 started_r: int, held: list[int], offered: _Zygote | None = None) -> None:
         self.pid = pid
+        self.held = held  # closed once the child is reaped
+        # A zygote offered to the agent: its key until the agent says it took it (and
+        # sends kill_files and the "started" pipe); None for a command we started.
+        self.offered: Any = offered.key if offered is not None else None
+        self.taken = offered is None
+        # The zygote waits on this socket too: it stays open while the job lives.
+        self.zygote_sock = offered.sock if offered is not None else None
         self.reply = reply
         self.kill_files = kill_files
+        # The agent's "started" pipe: end of file once the child has exec'd (and so has
+        # entered its cgroups) or died.
+        self.started_r = started_r
+
+    def close(self) -> None:
+        self.reply.close()
+        if self.zygote_sock is not None:
+            self.zygote_sock.close()
+        for fd in self.held:
+            os.close(fd)
+        self.held = []
+        if self.started_r >= 0:
+            os.close(self.started_r)
+            self.started_r = -1
+
+
+def _die_with_spawner() -> None:
+    """What CPython's subprocess restores (restore_signals): Python ignores SIGPIPE and
+    SIGXFSZ, and this process ignores SIGINT and SIGHUP; the command must not inherit
+    any of that (a write past RLIMIT_FSIZE must kill it). Then: die with the spawner (a
+    command in flight when it dies is lost: the agent says so); it may have died
+    already, before the prctl."""
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    if _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if select.select([_SELF], [], [], 0)[0]:
+        os._exit(127)
 
 
 def _child(request: dict[str, Any], out_w: int, err_w: int, passed: list[int],
-           errpipe_w: int, preexec: Any) -> None:
+           errpipe_w: int, preexec: Any, zygote: bool = False) -> None:
     """In the forked child: descriptors, session, setup, exec. Never returns."""
     try:
-        # What CPython's subprocess restores (restore_signals): Python ignores SIGPIPE
-        # and SIGXFSZ, and this process ignores SIGINT and SIGHUP; the command must not
-        # inherit any of that (a write past RLIMIT_FSIZE must kill it).
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        # Received by SCM_RIGHTS, so inheritable: it must close at exec, which is how
+        # the agent learns that the child has exec'd.
+        os.set_inheritable(errpipe_w, False)
+        if not zygote:
+            _die_with_spawner()
         os.setsid()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
@@ -50,12 +104,12 @@ def _child(request: dict[str, Any], out_w: int, err_w: int, passed: list[int],
         # closed (the prepared Landlock ruleset is one of them).
         if preexec is not None:
             preexec()
-        for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
-            if fd not in keep:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        low = 0
+        for fd in sorted(keep):
+            if low < fd:  # closerange(n, n) closes everything from n on (CPython 3.11)
+                os.closerange(low, fd)
+            low = fd + 1
+        os.closerange(low, _MAX_FD)
         argv = request["argv"]
         os.execve(argv[0], argv, request["env"])
     except BaseException as e:
@@ -65,27 +119,138 @@ def _child(request: dict[str, Any], out_w: int, err_w: int, passed: list[int],
             os._exit(127)
 
 
+class _Zygote:
+    """A child forked ahead of its request, its namespaces already made (a PID
+    namespace, the network, a mount namespace with a fresh /proc): forking and those
+    namespaces cost ~1-2 ms of CPU, paid here while the agent waits for its model, not
+    while it waits for a command. It serves one request, for the confinement it was
+    prepared for (`key`), then is the command."""
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+        self.prepared, early = zygote_preparation(key)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # The agent's way in: offered to it once the zygote is ready, so that its next
+        # command goes straight to the zygote, without a round trip through us.
+        agents, requests = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            with pid_namespace() if key is not None and key.private_proc else (
+                    contextlib.nullcontext("")) as problem:  # fmt: skip
+                if problem:
+                    raise OSError(problem)
+                pid = os.fork()
+                if pid == 0:
+                    ours.close()
+                    agents.close()
+                    _zygote_main(theirs, requests, early, self.prepared)
+        except BaseException:
+            ours.close()
+            agents.close()
+            raise
+        finally:
+            theirs.close()
+            requests.close()
+        self.pid = pid
+        self.sock = ours
+        self.agents: socket.socket | None = agents
+        self.pidfd = os.pidfd_open(pid)
+        self.held: list[int] = []  # its mount namespace, once it said it is ready
+        self.ready = False
+
+    def usable_for(self, key: Any) -> bool:
+        if key != self.key or select.select([self.pidfd], [], [], 0)[0]:
+            return False
+        return self.prepared is None or self.prepared.still_fresh()
+
+    def discard(self) -> None:
+        self.sock.close()  # it exits at end of file; SIGKILL in case it is stuck
+        try:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        except OSError:
+            pass
+        os.waitpid(self.pid, 0)
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+        if self.agents is not None:
+            self.agents.close()
+            self.agents = None
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+        if self.prepared is not None:
+            self.prepared.close()  # our copy of its ruleset
+            self.prepared = None
+
+
+def _zygote_main(sock: socket.socket, requests: socket.socket, early: Any,
+                 prepared: Any) -> None:  # fmt: skip
+    """In a zygote: namespaces now, then wait for the request (from us, or straight
+    from the agent) and become the command. Never returns."""
+    started_w = -1
+    try:
+        _die_with_spawner()
+        early()
+        # The spawner keeps our mount namespace alive past our exit: tearing it down
+        # (unmounting /proc and the covers waits for an RCU grace period) would
+        # otherwise delay our exit, which the agent waits for.
+        if prepared is not None and prepared.confinement.private_proc:
+            mnt = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            _send(sock, ("ready",), [mnt])
+            os.close(mnt)
+        else:
+            _send(sock, ("ready",))
+        try:
+            ready, _, _ = select.select([sock, requests], [], [])
+            # Ours first: handing a request over, we close the agent's way in.
+            source = sock if sock in ready else requests
+            request, fds = _recv(source)
+        except (EOFError, OSError):
+            os._exit(0)  # discarded (by us, or by the agent)
+        out_w, err_w, started_w, passed = fds[0], fds[1], fds[2], fds[3:]
+        if source is requests and prepared is not None:
+            # Straight from the agent: check here what we would have checked before
+            # handing it over (nothing it was prepared from may have changed since).
+            stale = prepared.stale_in_zygote()
+            if stale:
+                raise OSError(f"{STALE}: {stale}")
+        setup = request["setup"]
+        preexec = zygote_steps(setup, prepared) if setup is not None else None
+    except BaseException as e:
+        if started_w >= 0:
+            os.write(started_w, f"{type(e).__name__}: {e}".encode()[:4000])
+        os._exit(127)
+    _child(request, out_w, err_w, passed, started_w, preexec, zygote=True)
+
+
 def _start(request: dict[str, Any], fds: list[int]) -> tuple[int, str | None]:
-    out_w, err_w, passed = fds[0], fds[1], fds[3:]
+    """Fork the child; returns its pid at once (it sets itself up and execs on its own,
+    reporting a failure on the "started" pipe), or -1 and why it could not start."""
+    out_w, err_w, started_w, passed = fds[0], fds[1], fds[3], fds[5:]
     setup = request["setup"]
-    preexec = preexec_fn(setup) if setup is not None else None
-    errpipe_r, errpipe_w = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:
-        os.close(errpipe_r)
-        _child(request, out_w, err_w, passed, errpipe_w, preexec)
-    os.close(errpipe_w)
-    chunks = []
-    while chunk := os.read(errpipe_r, 4096):
-        chunks.append(chunk)
-    os.close(errpipe_r)
-    if chunks:
-        os.waitpid(pid, 0)
-        return -1, b"".join(chunks).decode("utf-8", "replace")
+    try:
+        preexec = preexec_fn(setup) if setup is not None else None
+    except OSError as e:
+        return -1, f"{type(e).__name__}: {e}"
+    with pid_namespace() if setup is not None and needs_pid_namespace(setup) else (
+            contextlib.nullcontext("")) as problem:  # fmt: skip
+        if problem:
+            return -1, f"private /proc: {problem}"
+        pid = os.fork()
+        if pid == 0:
+            _child(request, out_w, err_w, passed, started_w, preexec)
+    del preexec  # the per-run Landlock ruleset: closed now, not at the next collection
     return pid, None
 
 
 def _kill(job: _Job) -> None:
+    if job.pid < 0:
+        return  # a revoked zygote, already reaped
+    # Until it has exec'd, the child may not be in its cgroups yet: a cgroup.kill now
+    # would miss it. Its setup is short and runs no user code.
+    if job.started_r >= 0:
+        select.select([job.started_r], [], [], 0.05)
     for path in job.kill_files:
         try:
             with open(path, "w") as f:
@@ -100,6 +265,9 @@ def _kill(job: _Job) -> None:
 
 def _finish(jobs: dict[int, _Job]) -> None:
     """Kill every tree still running, give SIGTERM handlers 50 ms, then SIGKILL."""
+    for job in jobs.values():
+        _check_taken(job)  # its cgroups to kill, if the agent took it
+    jobs = {key: job for key, job in jobs.items() if job.pid > 0}
     for job in jobs.values():
         _kill(job)
     deadline = time.monotonic() + 0.05
@@ -140,27 +308,75 @@ def serve(fd: int, agent: int) -> None:
     poller = select.poll()
     poller.register(control.fileno(), select.POLLIN)
     poller.register(agent_fd, select.POLLIN)
+    zygote: _Zygote | None = None  # being made, or ready and not offered yet
+    wanted: list[Any] = []  # the key of the zygote to make when idle
     try:
         while True:
-            for ready, _event in poller.poll():
-                if ready == agent_fd:
-                    return  # the agent died: finally kills everything
+            events = poller.poll(0 if wanted and zygote is None else None)
+            if not events and wanted and zygote is None:
+                try:
+                    zygote = _Zygote(wanted.pop())
+                    poller.register(zygote.sock.fileno(), select.POLLIN)
+                except OSError:
+                    zygote = None  # the next request forks the usual way
+                continue
+            # One event per poll: handling one closes and makes descriptors, so the
+            # numbers in the rest of this batch may already name something else.
+            if any(ready == agent_fd for ready, _ in events):
+                return  # the agent died: finally kills everything
+            for ready, _event in events[:1]:
+                if zygote is not None and ready == zygote.sock.fileno():
+                    poller.unregister(ready)
+                    job = _offer(control, zygote)
+                    if job is not None:
+                        jobs[job.reply.fileno()] = job
+                        poller.register(job.reply.fileno(), select.POLLIN)
+                    zygote = None
+                    continue
                 if ready == control.fileno():
                     try:
                         request, fds = _recv(control)
                     except (EOFError, OSError):
                         return  # the agent closed us: it is exiting
                     reply = socket.socket(fileno=fds[2])
+                    setup = request["setup"]
+                    key = zygote_key(setup) if setup is not None else _NO_ZYGOTE
+                    # An offer the agent did not take for this request is for another
+                    # key (or came too late): revoked, its sending then fails.
+                    for other in jobs.values():
+                        if not other.taken and other.offered != key:
+                            _revoke(other)
                     try:
-                        pid, error = _start(request, fds)
+                        held: list[int] = []
+                        error: str | None = "no zygote"
+                        if zygote is not None and zygote.usable_for(key):
+                            poller.unregister(zygote.sock.fileno())
+                            pid, error, held = _hand_over(zygote, request, fds)
+                        if error is None:
+                            assert zygote is not None
+                            zygote.close()
+                        else:
+                            if zygote is not None:
+                                with contextlib.suppress(KeyError):
+                                    poller.unregister(zygote.sock.fileno())
+                                zygote.discard()
+                            pid, error = _start(request, fds)
+                        zygote = None
+                        offered = any(not j.taken and j.offered == key for j in jobs.values())
+                        wanted[:] = [key] if key is not _NO_ZYGOTE and not offered else []
                     finally:
-                        for extra in (fds[0], fds[1], *fds[3:]):
+                        for extra in (fds[0], fds[1], fds[3], *fds[5:]):
                             os.close(extra)
                     if error is not None:
-                        _send(reply, ("error", f"could not set up the child process: {error}"))
+                        os.close(fds[4])
+                        try:
+                            _send(reply, ("error", f"could not set up the child process: "
+                                                   f"{error}"))  # fmt: skip
+                        except OSError:
+                            pass
                         reply.close()
                         continue
-                    job = _Job(pid, reply, request["kill_files"])
+                    job = _Job(pid, reply, request["kill_files"], fds[4], held)
                     pidfd = os.pidfd_open(pid)
                     try:
                         _send(reply, ("started", pid), [pidfd])
@@ -177,11 +393,19 @@ def serve(fd: int, agent: int) -> None:
                 job = found
                 try:
                     message, passed = _recv(job.reply)
-                    for leftover in passed:
-                        os.close(leftover)
                 except (EOFError, OSError):
-                    message = None
-                if message != ("reap",):
+                    message, passed = None, []
+                if _note_taken(job, message, passed):
+                    # The agent gave its command straight to the zygote we offered.
+                    if zygote is None and job.offered is not None:
+                        wanted[:] = [job.offered]
+                    continue
+                for leftover in passed:
+                    os.close(leftover)
+                if not job.taken:
+                    _revoke(job)  # an offer the agent let go of
+                    status = None
+                elif message != ("reap",):
                     _kill(job)  # the agent let go of the command without reaping it
                     _finish({job.pid: job})
                     status = None
@@ -193,8 +417,107 @@ def serve(fd: int, agent: int) -> None:
                     try:
                         _send(job.reply, ("status", status))
                     except OSError:
-                        pass
-                job.reply.close()
+                        pass  # the agent read the status itself and went on
+                job.close()
     finally:
+        if zygote is not None:
+            zygote.discard()
         _finish(jobs)
         sys.exit(0)
+
+
+# Requests without a setup (nothing to do between fork and exec) need no zygote.
+_NO_ZYGOTE = object()
+
+
+def _offer(control: socket.socket, zygote: _Zygote) -> _Job | None:
+    """The zygote said it is ready: offer it to the agent (its request socket, a reply
+    socket to us, its pidfd), and watch it as a job not taken yet."""
+    try:
+        ready, held = _recv(zygote.sock)
+        if ready != ("ready",) or zygote.agents is None:
+            raise OSError(f"it said {ready!r}")
+    except (EOFError, OSError):
+        zygote.discard()
+        return None
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    job = _Job(zygote.pid, ours, [], -1, held, offered=zygote)
+    try:
+        _send(control, ("offer", zygote.pid, zygote.key),
+              [zygote.agents.fileno(), theirs.fileno(), zygote.pidfd])  # fmt: skip
+    except OSError:
+        _revoke(job)
+        job.close()
+        zygote.close()
+        return None
+    finally:
+        theirs.close()
+    zygote.agents.close()
+    zygote.agents = None
+    if zygote.pidfd >= 0:
+        os.close(zygote.pidfd)
+        zygote.pidfd = -1
+    if zygote.prepared is not None:
+        zygote.prepared.close()  # our copy of its ruleset
+        zygote.prepared = None
+    return job
+
+
+def _note_taken(job: _Job, message: Any, passed: list[int]) -> bool:
+    """Whether `message` says the agent took the offered zygote (then noted)."""
+    if (job.taken or not isinstance(message, tuple) or message[:1] != ("taken",)
+            or len(passed) != 1):  # fmt: skip
+        return False
+    job.taken = True
+    job.kill_files = list(message[1])
+    job.started_r = passed[0]
+    return True
+
+
+def _check_taken(job: _Job) -> None:
+    """Read, without waiting, whether the agent took this offered zygote: it says so
+    right after giving it a request, before anything else it sends us, but on another
+    socket, which poll may report later."""
+    if job.taken:
+        return
+    try:
+        job.reply.setblocking(False)
+        message, passed = _recv(job.reply)
+    except (BlockingIOError, EOFError, OSError):
+        return
+    finally:
+        with contextlib.suppress(OSError):
+            job.reply.setblocking(True)
+    if not _note_taken(job, message, passed):
+        for fd in passed:
+            os.close(fd)
+
+
+def _revoke(job: _Job) -> None:
+    """Kill an offered zygote the agent has not taken (it runs no user code)."""
+    _check_taken(job)
+    if job.taken or job.pid < 0:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(job.pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(job.pid, 0)
+    job.pid = -1
+
+
+def _hand_over(zygote: _Zygote, request: dict[str, Any], fds: list[int]
+               ) -> tuple[int, str | None, list[int]]:  # fmt: skip
+    """Give the request to the zygote, which sets itself up and execs. Returns its pid
+    and the descriptors to hold until it is reaped (its mount namespace)."""
+    held: list[int] = []
+    try:
+        zygote.sock.settimeout(5)
+        ready, held = _recv(zygote.sock)  # at once, unless it was made a moment ago
+        if ready != ("ready",):
+            raise OSError(f"it said {ready!r}")
+        _send(zygote.sock, request, [fds[0], fds[1], fds[3], *fds[5:]])
+    except (OSError, EOFError) as e:
+        for fd in held:
+            os.close(fd)
+        return -1, f"the prepared child did not take the request: {e}", []
+    return zygote.pid, None, held

@@ -24,15 +24,17 @@ its cgroup; the confinement's dropped capabilities and Landlock rules do (SECURI
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sandbox.bash.confinement import Confinement, prepare
+from sandbox.bash.confinement import Confinement, Prepared, prepare
 
-__all__ = ["PROLOGUE_FAILED", "ChildSetup", "preexec_fn", "shell_prologue"]
+__all__ = ["PROLOGUE_FAILED", "ChildSetup", "needs_pid_namespace", "preexec_fn",
+           "shell_prologue", "zygote_key", "zygote_preparation", "zygote_steps"]
 
 # Exit status of the shell when its prologue failed: it printed why and ran nothing.
 PROLOGUE_FAILED = 125
@@ -106,6 +108,12 @@ def shell_prologue(setup: ChildSetup, *, posix_mode: bool = False) -> str:
     return "".join(steps)
 
 
+def needs_pid_namespace(setup: ChildSetup) -> bool:
+    """Whether the process that forks must do so inside `confinement.pid_namespace()`
+    (the confinement asks for a private /proc)."""
+    return setup.confinement is not None and setup.confinement.private_proc
+
+
 def preexec_fn(setup: ChildSetup) -> Callable[[], None]:
     """The function run in the forked child before exec.
 
@@ -117,16 +125,53 @@ def preexec_fn(setup: ChildSetup) -> Callable[[], None]:
     1. cgroups: the child must be contained before anything else can fail or fork, and
        the cgroup files are unreachable once Landlock applies;
     2. rlimits (soft = hard; RLIMIT_CORE 0);
-    3. namespaces (network; a user namespace around it for an unprivileged agent);
+    3. namespaces (network; a user namespace around it for an unprivileged agent; a
+       mount namespace with a fresh /proc when the child is the first process of its
+       own PID namespace, see `needs_pid_namespace`);
     4. the capability bounding set is emptied (needs CAP_SETPCAP);
     5. the identity change (needs CAP_SETUID/CAP_SETGID);
     6. every remaining capability cleared, ambient included;
     7. no_new_privs, Landlock, then seccomp last (it denies `unshare`, used in 3).
     """
+    prepared = prepare(setup.confinement) if setup.confinement is not None else None
+    return _steps(setup, prepared, namespaces=True)
+
+
+def zygote_key(setup: ChildSetup) -> Confinement | None:
+    """What a child forked ahead of time (a zygote) must have been prepared for, to
+    serve `setup`: its confinement without the per-run private paths."""
+    if setup.confinement is None:
+        return None
+    return dataclasses.replace(setup.confinement, private_paths=())
+
+
+def zygote_preparation(key: Confinement | None) -> tuple[Prepared | None,
+                                                         Callable[[], None]]:  # fmt: skip
+    """For a zygote: what to prepare before its fork, and what it runs right after
+    (its namespaces: the network, a mount namespace with a fresh /proc). The rest of
+    the setup waits for a request: `zygote_steps`."""
+    prepared = prepare(key) if key is not None else None
+
+    def early() -> None:
+        if prepared is not None:
+            prepared.apply_namespaces()
+
+    return prepared, early
+
+
+def zygote_steps(setup: ChildSetup, prepared: Prepared | None) -> Callable[[], None]:
+    """In a zygote, once a request came: the setup `preexec_fn` would do, but the
+    namespaces (done at the zygote's start) and with this run's private paths."""
+    if prepared is not None and setup.confinement is not None:
+        prepared.grant_private_paths(setup.confinement.private_paths)
+    return _steps(setup, prepared, namespaces=False)
+
+
+def _steps(setup: ChildSetup, prepared: Prepared | None, *,
+           namespaces: bool) -> Callable[[], None]:  # fmt: skip
     cgroup_procs = setup.cgroup_procs
     rlimits = ((resource.RLIMIT_CORE, 0), *setup.rlimits)
     uid, gid = setup.uid, setup.gid
-    prepared = prepare(setup.confinement) if setup.confinement is not None else None
 
     def preexec() -> None:
         pid = b"%d" % os.getpid()
@@ -139,7 +184,8 @@ def preexec_fn(setup: ChildSetup) -> Callable[[], None]:
         for res, value in rlimits:
             resource.setrlimit(res, (value, value))
         if prepared is not None:
-            prepared.apply_namespaces()
+            if namespaces:
+                prepared.apply_namespaces()
             prepared.drop_bounding_set()
         if uid is not None and gid is not None:
             os.setgroups([])

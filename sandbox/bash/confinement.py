@@ -43,9 +43,13 @@ enough to own, and let all allocation happen before the fork.
 
 from __future__ import annotations
 
+import array
+import contextlib
 import ctypes
+import dataclasses
 import errno
 import fcntl
+import mmap
 import os
 import platform
 import socket
@@ -53,7 +57,7 @@ import stat
 import struct
 import subprocess
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,6 +90,7 @@ LAYERS = (
     "capabilities",
     "no-new-privs",
     "netns",
+    "private-proc",
 )
 UNAVAILABLE_ENV = "SANDBOX_CONFINEMENT_UNAVAILABLE"
 
@@ -151,12 +156,21 @@ class Confinement:
     """The confinement of one run, as plain data (picklable: a spawner receives it).
 
     read_paths get read+execute, write_paths every filesystem right, device_paths read
-    and write. landlock_abi is the ABI to target (0: no Landlock). euid/egid are the
-    forking process's, for the identity map of a new user namespace.
+    and write. private_paths are write paths of this run only (its TMPDIR): the rest is
+    the same from run to run, so the process that forks keeps it ready (see
+    `prepare`). landlock_abi is the ABI to target (0: no Landlock). euid/egid are the
+    forking process's, for the identity map of a new user namespace. private_proc: the
+    command is the first process of a PID namespace of its own (the forking process
+    arranges that, see `pid_namespace`) and gets a mount namespace with a fresh /proc,
+    which lists its own processes only. hide_etc_secrets (with private_proc): every
+    entry of /etc that is not world-readable (/etc/shadow, /etc/ssl/private, ...) is
+    covered, in that mount namespace, by an empty placeholder nobody may read, so that
+    read_paths can grant /etc whole.
     """
 
     read_paths: tuple[str, ...] = ()
     write_paths: tuple[str, ...] = ()
+    private_paths: tuple[str, ...] = ()
     device_paths: tuple[str, ...] = ()
     landlock_abi: int = 0
     landlock_fs: bool = False
@@ -169,6 +183,8 @@ class Confinement:
     new_netns: bool = False
     loopback_up: bool = False
     new_userns: bool = False
+    private_proc: bool = False
+    hide_etc_secrets: bool = False
     euid: int = 0
     egid: int = 0
 
@@ -278,6 +294,18 @@ def detect() -> KernelSupport:
                 "" if root else " (an unprivileged agent needs user namespaces: "
                 "sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces)"
             )
+        if not root:
+            missing["private-proc"] = (
+                "needs root: an unprivileged agent would need a user namespace and one more "
+                "process per command to own a PID namespace"
+            )
+        else:
+            with pid_namespace() as problem:
+                if not problem:
+                    problem = _probe("PID and mount namespaces with a private /proc",
+                                     Confinement(private_proc=True, drop_capabilities=False))  # fmt: skip
+            if problem:
+                missing["private-proc"] = problem
         if abi:
             problem = _probe("landlock", Confinement(landlock_abi=abi, landlock_fs=True,
                                                      read_paths=("/",)))  # fmt: skip
@@ -334,6 +362,8 @@ def plan(
     kernel = detect()
     root = os.geteuid() == 0
     needed = ["landlock-fs", "landlock-scopes", "seccomp", "capabilities", "no-new-privs"]
+    if root:
+        needed += ["private-proc"]
     if request.network != "host":
         needed += ["netns"]
     if request.network == "none":
@@ -348,10 +378,15 @@ def plan(
         )
     abi = kernel.landlock_abi
     ws_rights = "read-write" if request.filesystem == "read-write" else "read-only"
-    read_paths = [*SYSTEM_READ_PATHS, *_etc_rules(), *request.readable_paths]
+    private_proc = kernel.has("private-proc")
+    # With a private /proc, the child grants it once mounted (a rule names an inode).
+    system = [p for p in SYSTEM_READ_PATHS if not (private_proc and p == "/proc")]
+    # In a mount namespace of its own, /etc is granted whole and its entries that are
+    # not world-readable are covered (`etc_secrets`): one Landlock rule instead of ~160.
+    hide_etc = private_proc and kernel.has("landlock-fs")
+    etc = [ETC] if hide_etc else list(_etc_rules())
+    read_paths = [*system, *etc, *request.readable_paths]
     write_paths = [*request.writable_paths]
-    if tmpdir is not None:
-        write_paths.append(tmpdir)
     (write_paths if ws_rights == "read-write" else read_paths).append(workspace)
     use_netns = request.network != "host" and kernel.has("netns")
     # Without a namespace of its own, "loopback" would be the host's: deny TCP instead.
@@ -361,6 +396,7 @@ def plan(
     confinement = Confinement(
         read_paths=tuple(read_paths),
         write_paths=tuple(write_paths),
+        private_paths=(tmpdir,) if tmpdir is not None else (),
         device_paths=DEVICE_PATHS,
         landlock_abi=abi,
         landlock_fs=kernel.has("landlock-fs"),
@@ -373,6 +409,8 @@ def plan(
         new_netns=use_netns,
         loopback_up=use_netns and request.network == "loopback",
         new_userns=use_netns and not root,
+        private_proc=private_proc,
+        hide_etc_secrets=hide_etc,
         euid=os.geteuid(),
         egid=os.getegid(),
     )
@@ -404,7 +442,8 @@ def plan(
     else:
         say("landlock-scopes", False, kernel.missing["landlock-scopes"])
     if confinement.seccomp:
-        unix = ", and unix sockets (socketpair excepted)" if confinement.deny_unix_sockets else ""
+        unix = (", unix sockets (socketpair excepted) and NETLINK_USERSOCK"
+                if confinement.deny_unix_sockets else "")  # fmt: skip
         say("seccomp", True, f"{len(DENIED_SYSCALLS)} syscalls (ptrace, mount, bpf, "
             f"kexec, keyctl, modules, namespaces, clock, ...){unix} fail with EPERM")  # fmt: skip
     else:
@@ -426,10 +465,17 @@ def plan(
     if request.network == "host":
         say("netns", False, "network='host' in the policy")
     elif use_netns:
-        what = "private, lo up" if request.network == "loopback" else "empty (lo down)"
+        what = ("private, lo up" if request.network == "loopback"
+                else "empty (lo down)" + (", shared by the commands of this agent"
+                                          if root else ""))  # fmt: skip
         say("netns", True, what + (" in a user namespace" if not root else ""))
     else:
         say("netns", False, kernel.missing["netns"])
+    if private_proc:
+        say("private-proc", True, "own PID and mount namespaces, fresh /proc: no process "
+            "outside the command's tree is visible")  # fmt: skip
+    else:
+        say("private-proc", False, kernel.missing["private-proc"])
     if drops_to_uid:
         report["identity"] = "active: runs as an unprivileged uid"
     if missing:
@@ -493,6 +539,131 @@ def _world_readable_parts(path: str, rules: list[str], depth: int) -> None:
             _world_readable_parts(full, rules, depth + 1)
 
 
+class _EtcSecrets:
+    """The entries of /etc that are not world-readable, kept current with inotify.
+
+    A root command without capabilities still owns root's files, so /etc/shadow (0640)
+    would be readable by it. In the command's own mount namespace each such entry is
+    covered by an empty placeholder (mode 000, owned by nobody, on a read-only bind
+    mount: not even its owner can change it). The list is scanned once and again
+    whenever inotify reports a change under /etc (an entry created, removed, renamed or
+    chmod'ed); if inotify is unavailable, on every use.
+    """
+
+    _MASK = 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800  # attrib, moves, create..
+    _MAX = 4096
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[bytes, bool]] | None = None
+        self.generation = 0  # bumped by every scan
+        # The same, in memory shared with the children forked from here (a zygote
+        # compares it with the generation it was prepared with).
+        self._shared = mmap.mmap(-1, 8)
+        self._inotify = -1
+        self.placeholders: tuple[bytes, bytes, bytes] | None = None  # root, file, dir
+
+    def entries(self) -> list[tuple[bytes, bool]]:
+        """(path, is_directory) of every entry to cover."""
+        if self._entries is not None and not self._changed():
+            return self._entries
+        if self._inotify >= 0:
+            os.close(self._inotify)
+        self._inotify = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        found: list[tuple[bytes, bool]] = []
+        stack = [ETC]
+        while stack:
+            top = stack.pop()
+            # The watch before the listing: an entry made in between is an event.
+            if self._inotify >= 0 and _libc.inotify_add_watch(
+                    self._inotify, os.fsencode(top), self._MASK) < 0:  # fmt: skip
+                os.close(self._inotify)  # out of watches: scan on every use
+                self._inotify = -1
+            try:
+                names = os.listdir(top)
+            except OSError:
+                continue
+            for name in names:
+                full = os.path.join(top, name)
+                try:
+                    st = os.lstat(full)
+                except OSError:
+                    continue
+                if stat.S_ISLNK(st.st_mode):
+                    continue  # its target is checked where it lies
+                if not _world_readable(st):
+                    found.append((os.fsencode(full), stat.S_ISDIR(st.st_mode)))
+                elif stat.S_ISDIR(st.st_mode):
+                    stack.append(full)
+        if len(found) > self._MAX:
+            raise OSError(errno.E2BIG, f"{len(found)} entries of /etc are not world-readable "
+                          f"(more than {self._MAX} to cover)")  # fmt: skip
+        self._entries = found
+        self.generation += 1
+        self._shared[:8] = struct.pack("=Q", self.generation)
+        return found
+
+    def stale_since(self, generation: int) -> bool:
+        """In a forked child: whether /etc changed since `generation` was current in
+        the process it was forked from (events queued, or a later scan there). Reads
+        nothing off the queue."""
+        if self._inotify < 0:
+            return True
+        # The queue first, then the generation: the forking process bumps the
+        # generation before it empties the queue, so one of the two shows a change.
+        pending = array.array("i", [0])
+        fcntl.ioctl(self._inotify, _FIONREAD, pending, True)
+        if pending[0] > 0:
+            return True
+        current: int = struct.unpack("=Q", self._shared[:8])[0]
+        return current != generation
+
+    def _changed(self) -> bool:
+        if self._inotify < 0:
+            return True
+        pending = array.array("i", [0])
+        fcntl.ioctl(self._inotify, _FIONREAD, pending, True)
+        if pending[0] <= 0:
+            return False
+        # Mark every zygote prepared from the old list stale *before* emptying the
+        # queue: a zygote checks the queue, then the generation, and between the two
+        # (or during the rescan) it must not see an empty queue and an old generation.
+        self.generation += 1
+        self._shared[:8] = struct.pack("=Q", self.generation)
+        changed = False
+        while True:
+            try:
+                if not os.read(self._inotify, 65536):
+                    return changed
+            except BlockingIOError:
+                return changed
+            changed = True
+
+    def placeholder_paths(self) -> tuple[bytes, bytes, bytes]:
+        """An empty file and an empty directory, mode 000, owned by nobody (made once
+        per process, removed at its exit)."""
+        if self.placeholders is None or not os.path.isdir(self.placeholders[0]):
+            import atexit
+            import shutil
+            import tempfile
+
+            root = tempfile.mkdtemp(prefix="sandbox-hidden-")
+            os.chmod(root, 0o755)
+            file, directory = os.path.join(root, "file"), os.path.join(root, "dir")
+            os.close(os.open(file, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0))
+            os.mkdir(directory, 0)
+            for path in (file, directory):
+                os.chmod(path, 0)
+                if os.geteuid() == 0:
+                    os.chown(path, 65534, 65534)
+            atexit.register(shutil.rmtree, root, ignore_errors=True)
+            self.placeholders = (os.fsencode(root), os.fsencode(file), os.fsencode(directory))
+        return self.placeholders
+
+
+_etc_secrets = _EtcSecrets()
+_FIONREAD = 0x541B
+
+
 # --------------------------------------------------------------------------- Landlock
 
 _FS_EXECUTE = 1 << 0
@@ -527,8 +698,8 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def _ruleset(c: Confinement) -> int:
-    """Create and fill the Landlock ruleset; returns its fd (close-on-exec)."""
+def _ruleset_attr(c: Confinement) -> tuple[bytes, int]:
+    """struct landlock_ruleset_attr for `c`, and the filesystem rights it handles."""
     handled_fs = _fs_rights(c.landlock_abi) if c.landlock_fs else 0
     handled_net = (_NET_BIND_TCP | _NET_CONNECT_TCP) if c.landlock_net else 0
     scoped = (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if c.landlock_scopes else 0
@@ -538,40 +709,140 @@ def _ruleset(c: Confinement) -> int:
         attr = struct.pack("=QQ", handled_fs, handled_net)
     else:
         attr = struct.pack("=Q", handled_fs)
-    buf = ctypes.create_string_buffer(attr, len(attr))
-    fd = _libc.syscall(ctypes.c_long(SYS_landlock_create_ruleset), buf,
-                       ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))  # fmt: skip
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"landlock_create_ruleset: {os.strerror(err)}")
-    try:
+    return attr, handled_fs
+
+
+def _read_rights() -> int:
+    return _FS_READ_FILE | _FS_READ_DIR | _FS_EXECUTE
+
+
+class _Rules:
+    """The part of a Landlock ruleset that is the same from run to run, kept ready.
+
+    Opening and checking each path is most of the cost of a ruleset: here each path is
+    opened once (O_PATH, close-on-exec), and each run only adds the prepared rules to a
+    new ruleset (one system call each), plus its own private paths. A rule names an
+    inode, not a path, so a path replaced since (a new /etc/passwd written by rename, a
+    workspace deleted and made again) would be granted stale: `fresh` stats every path
+    again and compares its device and inode with the open one's (which cannot have
+    been reused: the fd keeps the old inode allocated), and the rules are rebuilt when
+    one differs.
+    """
+
+    def __init__(self, c: Confinement) -> None:
+        self.attr, handled_fs = _ruleset_attr(c)
+        self.handled_fs = handled_fs
+        self.rules: list[_PathBeneath] = []
+        self._fds: list[int] = []
+        self._stamps: list[tuple[str, tuple[int, int]]] = []
         if handled_fs:
-            read = _FS_READ_FILE | _FS_READ_DIR | _FS_EXECUTE
             device = _FS_READ_FILE | _FS_WRITE_FILE | (_FS_TRUNCATE & handled_fs)
-            for paths, rights in (
-                (c.read_paths, read),
-                (c.write_paths, handled_fs),
-                (c.device_paths, device),
-            ):
-                for path in paths:
-                    _add_path_rule(fd, path, rights)
-    except BaseException:
-        os.close(fd)
-        raise
-    return int(fd)
+            try:
+                for paths, rights in (
+                    (c.read_paths, _read_rights()),
+                    (c.write_paths, handled_fs),
+                    (c.device_paths, device),
+                ):
+                    for path in paths:
+                        listing_only = path.endswith("/") and len(path) > 1
+                        path = path.rstrip("/") if listing_only else path
+                        opened = _open_rule(path, _FS_READ_DIR if listing_only else rights)
+                        if opened is not None:
+                            self._fds.append(opened[0])
+                            self.rules.append(_PathBeneath(opened[1], opened[0]))
+                            st = os.fstat(opened[0])
+                            self._stamps.append((path, (st.st_dev, st.st_ino)))
+            except BaseException:
+                self.close()
+                raise
+
+    def fresh(self) -> bool:
+        for path, stamp in self._stamps:
+            try:
+                st = os.stat(path)
+            except OSError:
+                return False
+            if (st.st_dev, st.st_ino) != stamp:
+                return False
+        return True
+
+    def ruleset(self, private_paths: tuple[str, ...]) -> int:
+        """A new ruleset with every prepared rule and `private_paths` read-write."""
+        buf = ctypes.create_string_buffer(self.attr, len(self.attr))
+        fd = _libc.syscall(ctypes.c_long(SYS_landlock_create_ruleset), buf,
+                           ctypes.c_size_t(len(self.attr)), ctypes.c_uint32(0))  # fmt: skip
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"landlock_create_ruleset: {os.strerror(err)}")
+        try:
+            add = _libc.syscall
+            for rule in self.rules:
+                if add(_SYS_ADD_RULE, fd, _RULE_PATH_BENEATH_C, ctypes.byref(rule), _ZERO) < 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"landlock_add_rule: {os.strerror(err)}")
+            if self.handled_fs:
+                for path in private_paths:
+                    _add_path_rule(fd, path, self.handled_fs)
+        except BaseException:
+            os.close(fd)
+            raise
+        return int(fd)
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
+        self.rules.clear()
 
 
-def _add_path_rule(ruleset: int, path: str, rights: int) -> None:
-    # "dir/" (see _etc_rules) grants listing the directory only.
-    if path.endswith("/") and len(path) > 1:
-        path, rights = path.rstrip("/"), _FS_READ_DIR
+_SYS_ADD_RULE = ctypes.c_long(SYS_landlock_add_rule)
+_RULE_PATH_BENEATH_C = ctypes.c_int(_RULE_PATH_BENEATH)
+_ZERO = ctypes.c_uint32(0)
+
+
+_rules_cache: dict[Confinement, _Rules] = {}
+_rules_lock = threading.Lock()
+_RULES_CACHED = 8
+
+
+def _cached_rules(c: Confinement) -> _Rules:
+    """The prepared rules of `c` (its private paths aside), built on first use and again
+    when a path they name was replaced; at most _RULES_CACHED sets are kept open."""
+    key = dataclasses.replace(c, private_paths=())
+    with _rules_lock:
+        rules = _rules_cache.pop(key, None)
+        if rules is not None and not rules.fresh():
+            rules.close()
+            rules = None
+        if rules is None:
+            rules = _Rules(key)
+        _rules_cache[key] = rules  # most recently used last
+        while len(_rules_cache) > _RULES_CACHED:
+            _rules_cache.pop(next(iter(_rules_cache))).close()
+        return rules
+
+
+def _open_rule(path: str, rights: int) -> tuple[int, int] | None:
+    """An O_PATH fd of `path` and the rights that apply to it (None: it is absent)."""
     try:
         target = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError:
-        return  # absent on this machine (e.g. /lib32): nothing to grant
+        return None  # absent on this machine (e.g. /lib32): nothing to grant
     try:
         if not stat.S_ISDIR(os.fstat(target).st_mode):
             rights &= _FILE_RIGHTS
+    except BaseException:
+        os.close(target)
+        raise
+    return target, rights
+
+
+def _add_path_rule(ruleset: int, path: str, rights: int) -> None:
+    opened = _open_rule(path, rights)
+    if opened is None:
+        return
+    target, rights = opened
+    try:
         rule = _PathBeneath(rights, target)
         done = _libc.syscall(ctypes.c_long(SYS_landlock_add_rule), ctypes.c_int(ruleset),
                              ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule),
@@ -610,6 +881,8 @@ _SYS_CLONE3 = 435
 _SYS_IOCTL = 16
 _SYS_SOCKET = 41
 _AF_UNIX = 1
+_AF_NETLINK = 16
+_NETLINK_USERSOCK = 2
 # clone() flags that create namespaces; clone3 passes its flags in memory that a filter
 # cannot read, so it fails with ENOSYS and the C library falls back to clone().
 _CLONE_NAMESPACES = (0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
@@ -627,7 +900,10 @@ def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
     deny_unix_sockets: `socket(AF_UNIX, ...)` fails too. Landlock does not govern
     `connect` on a pathname unix socket, and a network namespace does not isolate them,
     so without this a root command could talk to any root-owned daemon socket it can
-    name (/run/docker.sock). `socketpair` stays allowed.
+    name (/run/docker.sock). `socketpair` stays allowed. It also makes
+    `socket(AF_NETLINK, ..., NETLINK_USERSOCK)` fail: the one netlink protocol on which
+    unprivileged processes message each other, and commands of one agent share its
+    empty network namespace.
     """
     deny_eperm = _RET_ERRNO | errno.EPERM
     # (code, jt-label, jf-label, k); labels are resolved to relative offsets below.
@@ -658,7 +934,10 @@ def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
     labels["socket"] = len(prog)
     prog += [
         (_BPF_LD_W_ABS, 0, 0, 16),  # args[0]: the address family
-        (_BPF_JEQ, "deny", "allow", _AF_UNIX),
+        (_BPF_JEQ, "deny", 0, _AF_UNIX),
+        (_BPF_JEQ, 0, "allow", _AF_NETLINK),
+        (_BPF_LD_W_ABS, 0, 0, 32),  # args[2]: the protocol
+        (_BPF_JEQ, "deny", "allow", _NETLINK_USERSOCK),
     ]
     # BPF jumps only forward: the verdicts come last.
     labels["allow"] = len(prog)
@@ -680,8 +959,13 @@ class _SockFprog(ctypes.Structure):
 
 # --------------------------------------------------------------------------- applying
 
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWPID = 0x20000000
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
+_MS_REC, _MS_PRIVATE = 0x4000, 1 << 18
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND = 0x1, 0x20, 0x1000
 _PR_SET_SECCOMP = 22
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
@@ -700,43 +984,135 @@ def _last_cap() -> int:
         return 40
 
 
+_ns_lock = threading.Lock()
+_own_pid_ns = -1
+_empty_net_ns = -1
+
+
+def _ns_fd(kind: str) -> int:
+    return os.open(f"/proc/self/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
+
+
+@contextlib.contextmanager
+def pid_namespace() -> Iterator[str]:
+    """While inside, the next process this thread forks is the first of a new PID
+    namespace (``unshare(CLONE_NEWPID)`` only affects children); on leaving, children
+    are born in our own namespace again (``setns`` to it), so that no later fork lands
+    in the namespace of an earlier command. Yields '' or why it could not.
+
+    Needs CAP_SYS_ADMIN: the forking process (the spawner) is the agent's user, root.
+    """
+    global _own_pid_ns
+    with _ns_lock:
+        if _own_pid_ns < 0:
+            _own_pid_ns = _ns_fd("pid")
+    if _libc.unshare(ctypes.c_int(_CLONE_NEWPID)) != 0:
+        yield f"unshare(CLONE_NEWPID): {os.strerror(ctypes.get_errno())}"
+        return
+    try:
+        yield ""
+    finally:
+        if _libc.setns(ctypes.c_int(_own_pid_ns), ctypes.c_int(_CLONE_NEWPID)) != 0:
+            err = ctypes.get_errno()
+            # Forking on in the command's namespace would put the next command there.
+            os.write(2, f"sandbox: setns back to our PID namespace failed: "
+                        f"{os.strerror(err)}\n".encode())  # fmt: skip
+            os._exit(70)
+
+
+def empty_network_namespace() -> int:
+    """An fd of a network namespace with nothing in it (lo down), made once per process
+    and joined by every command of network="none": creating a namespace per command
+    costs ~0.7 ms, and its teardown more, in a kernel work queue. Commands that share it
+    can reach nothing through it (lo is down, so not even each other), and a root
+    command cannot bring lo up (no CAP_NET_ADMIN). Needs CAP_SYS_ADMIN."""
+    global _empty_net_ns
+    with _ns_lock:
+        if _empty_net_ns < 0:
+            own = _ns_fd("net")
+            try:
+                if _libc.unshare(ctypes.c_int(_CLONE_NEWNET)) != 0:
+                    raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+                try:
+                    _empty_net_ns = _ns_fd("net")
+                finally:
+                    # Only this thread moved; it moves back.
+                    if _libc.setns(ctypes.c_int(own), ctypes.c_int(_CLONE_NEWNET)) != 0:
+                        raise OSError(ctypes.get_errno(), "setns back to our network namespace")
+            finally:
+                os.close(own)
+        return _empty_net_ns
+
+
+def _shared_netns(c: Confinement) -> bool:
+    return c.new_netns and not c.new_userns and not c.loopback_up
+
+
+_seccomp_cache: dict[bool, ctypes.Array[ctypes.c_char]] = {}
+
+
 class Prepared:
     """A `Confinement` made ready in the process that will fork: the Landlock ruleset
     fd, the BPF program and every structure are built here, so that `apply`, run in
-    the forked child, only makes system calls. Call `close` once the child exists (the
-    ruleset fd is close-on-exec, so the child's copy goes away at exec)."""
+    the forked child, only makes system calls. What is the same from run to run (the
+    Landlock rules of system paths, the BPF program, the empty network namespace) is
+    built once per process and reused. Call `close` once the child exists (the ruleset
+    fd is close-on-exec, so the child's copy goes away at exec)."""
 
     def __init__(self, c: Confinement) -> None:
         self.confinement = c
         self._ruleset = -1
+        self._rules: _Rules | None = None
+        self._etc_generation = 0
         if c.landlock_abi and (c.landlock_fs or c.landlock_net or c.landlock_scopes):
-            self._ruleset = _ruleset(c)
-        program = (
-            seccomp_program(deny_unix_sockets=c.deny_unix_sockets) if c.seccomp else b""
-        )
-        self._bpf = ctypes.create_string_buffer(program, max(len(program), 1))
-        self._fprog = _SockFprog(len(program) // 8, ctypes.addressof(self._bpf))
-        self._cap_header = struct.pack("=Ii", _LINUX_CAPABILITY_VERSION_3, 0)
-        self._cap_header_buf = ctypes.create_string_buffer(self._cap_header, 8)
-        self._cap_data_buf = ctypes.create_string_buffer(24)
-        self._caps = [ctypes.c_ulong(cap) for cap in range(_last_cap() + 1)]
-        self._ifreq = struct.pack("16sH14s", b"lo", _IFF_UP_RUNNING, b"")
-        self._uid_map = b"%d %d 1" % (c.euid, c.euid)
-        self._gid_map = b"%d %d 1" % (c.egid, c.egid)
-        self._unshare_flags = (_CLONE_NEWNET if c.new_netns else 0) | (
-            _CLONE_NEWUSER if c.new_userns else 0
-        )
+            self._rules = _cached_rules(c)
+            self._ruleset = self._rules.ruleset(c.private_paths)
+        try:
+            bpf = _seccomp_cache.get(c.deny_unix_sockets) if c.seccomp else None
+            if c.seccomp and bpf is None:
+                program = seccomp_program(deny_unix_sockets=c.deny_unix_sockets)
+                bpf = _seccomp_cache[c.deny_unix_sockets] = ctypes.create_string_buffer(
+                    program, len(program))
+            self._bpf = bpf
+            self._fprog = _SockFprog(len(bpf) // 8 if bpf is not None else 0,
+                                     ctypes.addressof(bpf) if bpf is not None else 0)  # fmt: skip
+            self._cap_header_buf = ctypes.create_string_buffer(
+                struct.pack("=Ii", _LINUX_CAPABILITY_VERSION_3, 0), 8)
+            self._cap_data_buf = ctypes.create_string_buffer(24)
+            self._caps = _CAPS
+            self._ifreq = struct.pack("16sH14s", b"lo", _IFF_UP_RUNNING, b"")
+            self._uid_map = b"%d %d 1" % (c.euid, c.euid)
+            self._gid_map = b"%d %d 1" % (c.egid, c.egid)
+            self._netns = empty_network_namespace() if _shared_netns(c) else -1
+            self._covers: list[tuple[bytes, bytes]] = []
+            self._placeholder_root = b""
+            if c.hide_etc_secrets:
+                root, file, directory = _etc_secrets.placeholder_paths()
+                self._placeholder_root = root
+                self._covers = [(directory if is_dir else file, path)
+                                for path, is_dir in _etc_secrets.entries()]  # fmt: skip
+                self._etc_generation = _etc_secrets.generation
+            self._unshare_flags = (
+                (_CLONE_NEWNET if c.new_netns and self._netns < 0 else 0)
+                | (_CLONE_NEWUSER if c.new_userns else 0)
+            )
+        except BaseException:
+            self.close()
+            raise
 
     # Each step raises OSError naming itself; CPython's preexec_fn machinery turns any
     # exception into SubprocessError("Exception occurred in preexec_fn."), and the
     # process layer reports it.
 
     def apply_namespaces(self) -> None:
-        if not self._unshare_flags:
-            return
-        if _libc.unshare(ctypes.c_int(self._unshare_flags)) != 0:
-            raise OSError(ctypes.get_errno(), "unshare")
-        if self.confinement.new_userns:
+        c = self.confinement
+        if self._netns >= 0 and _libc.setns(ctypes.c_int(self._netns),
+                                            ctypes.c_int(_CLONE_NEWNET)) != 0:  # fmt: skip
+            raise OSError(ctypes.get_errno(), "setns(empty network namespace)")
+        if self._unshare_flags:
+            if _libc.unshare(ctypes.c_int(self._unshare_flags)) != 0:
+                raise OSError(ctypes.get_errno(), "unshare")
+        if c.new_userns:
             for path, data in (
                 ("/proc/self/setgroups", b"deny"),
                 ("/proc/self/uid_map", self._uid_map),
@@ -747,12 +1123,74 @@ class Prepared:
                     os.write(fd, data)
                 finally:
                     os.close(fd)
-        if self.confinement.loopback_up:
+        if c.loopback_up:
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             try:
                 fcntl.ioctl(s.fileno(), _SIOCSIFFLAGS, self._ifreq)
             finally:
                 s.close()
+        if c.private_proc:
+            self._private_proc()
+
+    def _private_proc(self) -> None:
+        # A /proc mounted by the first process of a PID namespace lists that namespace
+        # only. Mounted in a mount namespace of the command's own, private so that
+        # nothing propagates back to the host's.
+        if os.getpid() != 1:
+            raise OSError(errno.EINVAL, "private /proc: the child is not the first process "
+                          "of a new PID namespace (fork inside confinement.pid_namespace())")
+        if _libc.unshare(ctypes.c_int(_CLONE_NEWNS)) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
+        if _libc.mount(None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None) != 0:
+            raise OSError(ctypes.get_errno(), "mount(/, MS_REC|MS_PRIVATE)")
+        if _libc.mount(b"proc", b"/proc", b"proc",
+                       ctypes.c_ulong(_MS_NOSUID | _MS_NODEV | _MS_NOEXEC), None) != 0:  # fmt: skip
+            raise OSError(ctypes.get_errno(), "mount(proc, /proc)")
+        if self._covers:
+            # The placeholders on a read-only mount first: bind mounts made from there
+            # are read-only too, so not even their owner can chmod them.
+            root = self._placeholder_root
+            for source, flags in ((root, _MS_BIND), (None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY)):
+                if _libc.mount(source, root, None, ctypes.c_ulong(flags), None) != 0:
+                    raise OSError(ctypes.get_errno(), "mount(placeholders, read-only)")
+            for source, target in self._covers:
+                if _libc.mount(source, target, None, ctypes.c_ulong(_MS_BIND), None) != 0:
+                    err = ctypes.get_errno()
+                    if err != errno.ENOENT:  # removed since the scan: nothing to cover
+                        raise OSError(err, f"cover {os.fsdecode(target)}")
+        if self._ruleset >= 0 and self.confinement.landlock_fs:
+            # The rule names the new /proc's inode, which exists only from here on.
+            _add_path_rule(self._ruleset, "/proc", _read_rights())
+
+    def still_fresh(self) -> bool:
+        """Whether what was prepared still matches the machine: no path of a Landlock
+        rule replaced, no entry of /etc created, removed or chmod'ed since (for a
+        zygote, prepared ahead of its request)."""
+        c = self.confinement
+        if self._rules is not None and _cached_rules(c) is not self._rules:
+            return False
+        if c.hide_etc_secrets:
+            _etc_secrets.entries()
+            return _etc_secrets.generation == self._etc_generation
+        return True
+
+    def stale_in_zygote(self) -> str:
+        """In a zygote (forked after this was prepared), given a request straight from
+        the agent: '' if what was prepared still matches the machine, else what
+        changed. Reads the shared state without touching the forking process's."""
+        if self._rules is not None and not self._rules.fresh():
+            return "a path of a Landlock rule was replaced"
+        if self.confinement.hide_etc_secrets and _etc_secrets.stale_since(
+                self._etc_generation):  # fmt: skip
+            return "/etc changed"
+        return ""
+
+    def grant_private_paths(self, paths: tuple[str, ...]) -> None:
+        """Add read-write rules for `paths` to this (not yet applied) ruleset: a zygote
+        learns its run's private paths only once a request comes."""
+        if self._ruleset >= 0 and self.confinement.landlock_fs:
+            for path in paths:
+                _add_path_rule(self._ruleset, path, _fs_rights(self.confinement.landlock_abi))
 
     def drop_bounding_set(self) -> None:
         if not self.confinement.drop_capabilities:
@@ -807,8 +1245,12 @@ class Prepared:
             pass
 
 
+_CAPS = [ctypes.c_ulong(cap) for cap in range(_last_cap() + 1)]
+
+
 def prepare(confinement: Confinement) -> Prepared:
-    """Build, before the fork, everything `Prepared.apply` needs after it."""
+    """Build, before the fork, everything `Prepared.apply` needs after it. A
+    confinement with private_proc must then be forked inside `pid_namespace()`."""
     return Prepared(confinement)
 
 
@@ -827,8 +1269,11 @@ def describe_kernel() -> dict[str, object]:
                 "capabilities": "dropped, bounding set included" if kernel.root
                 else "unprivileged (none held)",
                 "no-new-privs": "prctl(PR_SET_NO_NEW_PRIVS)",
-                "netns": "unshare(CLONE_NEWNET)" if kernel.root
+                "netns": "one empty namespace per agent, joined with setns() (per "
+                "command for network='loopback')" if kernel.root
                 else "unshare(CLONE_NEWUSER|CLONE_NEWNET)",
+                "private-proc": "a PID namespace per command and a fresh /proc in its own "
+                "mount namespace",
             }[layer]
             layers[layer] = f"available: {detail}"
         else:

@@ -160,7 +160,7 @@ class Tree(ABC):
         """
         deadline = anyio.current_time() + 1.0
         for cgroup in self._cgroups:
-            while not cgroup.try_remove():
+            while not cgroup.release():
                 if anyio.current_time() > deadline:
                     cgroup.defer_removal()
                     break

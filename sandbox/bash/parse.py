@@ -25,26 +25,32 @@ module reports a finding instead of trusting the tree:
   tree-sitter parsed, escaped, or inside single quotes or a comment.
 
 tree-sitter's error recovery is quadratic or worse on some invalid input and
-cannot be interrupted, so a long command is parsed first in a child process
-with a deadline.
+cannot be interrupted, so a long command is parsed in a long-lived worker
+process that is killed at a deadline (see "The parse worker" below).
 """
 
 from __future__ import annotations
 
+import atexit
 import bisect
+import os
 import re
+import select
+import struct
 import subprocess
 import sys
+import threading
+import time
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import BinaryIO, NamedTuple, TypeVar
 
 import tree_sitter
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
-from .agreement import check_agreement
+from .agreement import Disagreement, check_agreement
 
 __all__ = [
     "Assignment",
@@ -107,6 +113,13 @@ class Word(NamedTuple):
         return self.text if self.value is None else self.value
 
 
+# Builds a NamedTuple from a tuple without its Python-level __new__ (hot loops).
+_new = tuple.__new__
+# The defaults of Word's fields after ``plain``: _new(Word, (text, value, prefix,
+# plain, *_WORD_TAIL)) is Word(text, value, prefix, plain), whatever fields follow.
+_WORD_TAIL = Word("", None, "", False)[4:]
+
+
 class Assignment(NamedTuple):
     """``name=value`` as a leading assignment, a statement or a declaration argument."""
 
@@ -131,7 +144,7 @@ class SimpleCommand(NamedTuple):
 
     @property
     def argv(self) -> tuple[str, ...]:
-        return tuple(w.shown for w in self.words)
+        return tuple([w.text if w.value is None else w.value for w in self.words])
 
 
 class Operator(NamedTuple):
@@ -376,7 +389,7 @@ def scan_word(text: str) -> Word:
     quote removal, ANSI-C decoding, and detection of anything it would expand
     (parameters, substitutions, arithmetic, globs, braces, a leading tilde)."""
     if text and not _NOT_PLAIN.search(text):
-        return Word(text, text, text, True)
+        return _new(Word, (text, text, text, True, *_WORD_TAIL))
     if _is_arithmetic_word(text):
         return Word(text, None, "", False, True)
     out: list[str] = []
@@ -432,9 +445,9 @@ def scan_word(text: str) -> Word:
     except _Dynamic:
         if _splits(text):
             return Word(text, None, "", False, False, True)
-        return Word(text, None, "".join(out), False)
+        return _new(Word, (text, None, "".join(out), False, *_WORD_TAIL))
     value = "".join(out)
-    return Word(text, value, value, False)
+    return _new(Word, (text, value, value, False, *_WORD_TAIL))
 
 
 def may_be_several(word: Word) -> bool:
@@ -615,8 +628,6 @@ _PLAIN_COMMAND = re.compile(
     r"""[^\\'"$`*?\[\]{}~()<>|&;!#\s]+(?:[ \t]+[^\\'"$`*?\[\]{}~()<>|&;!#\s]+)*"""
 )
 _BLANKS = re.compile(r"[ \t]+")
-# command() returns this when none of a command's children need walking.
-_EVERYTHING: set[int] = set()
 # Nodes that bash ends at an unescaped newline.
 _ONE_LINE = _ids(
     "command", "declaration_command", "unset_command", "test_command",
@@ -799,17 +810,26 @@ class _Walk:
 
     # -- statements ------------------------------------------------------
 
+    def plain_command(self, node: Node) -> bool:
+        """Record a command of plain words only, the common case, and say so: then
+        nothing inside needs a walk, and its children are never asked for (a
+        64 KiB command has ~30,000 of them)."""
+        start = node.start_byte
+        text = self.span(start, node.end_byte)
+        first = node.child(0)
+        if first is None or first.kind_id not in _COMMAND_NAME or not _PLAIN_COMMAND.fullmatch(text):
+            return False
+        words = tuple([_new(Word, (w, w, w, True, *_WORD_TAIL)) for w in _BLANKS.split(text)])
+        at = start if self.ascii else self.offset(start)
+        self.commands.append(SimpleCommand("command", words, (), text, at))
+        return True
+
     def command(self, node: Node, children: list[Node]) -> set[int]:
-        """Record a simple command; return the start offsets of its children made
-        of plain words, which the walk can skip."""
+        """Record a simple command that is not plain_command's; return the start
+        offsets of its children made of plain words, which the walk can skip."""
         start = node.start_byte
         text = self.span(start, node.end_byte)
         at = start if self.ascii else self.offset(start)
-        if children[0].kind_id in _COMMAND_NAME and _PLAIN_COMMAND.fullmatch(text):
-            # The common case: plain words only. Nothing inside needs a walk.
-            words = tuple([Word(w, w, w, True) for w in _BLANKS.split(text)])
-            self.commands.append(SimpleCommand("command", words, (), text, at))
-            return _EVERYTHING
         assignments: list[Assignment] = []
         parts: list[Node] = []
         seen_name = False
@@ -989,15 +1009,17 @@ class _Walk:
                 if depth > max_depth:
                     self.find("R6", f"nesting deeper than {max_depth} levels", node)
                     return
-            children = node.children
-            child_ctx = ctx
-            skip: Node | None = None
-            plain: set[int] | None = None
             if ctx & _ARITH and kind not in expression_ids:
                 self.arith_operand(node)
             if kind in _FOR_IN:
                 self.loop_variable(node)
             action = dispatch.get(kind)
+            if action == _A_COMMAND and self.plain_command(node):
+                continue
+            children = node.children
+            child_ctx = ctx
+            skip: Node | None = None
+            plain: set[int] | None = None
             if action is not None:
                 if action == _A_UNKNOWN:
                     name = _KIND_NAME[kind] if kind < _KIND_COUNT else str(kind)
@@ -1059,7 +1081,7 @@ class _Walk:
                 elif action == _A_EXPRESSION:
                     if ctx & _TEST:
                         self.test_expression(node, children)
-            if not children or plain is _EVERYTHING:
+            if not children:
                 continue
             if kind in one_line_ids and len(children) > 1:
                 self.check_one_line(node, children)
@@ -1191,7 +1213,8 @@ class _Walk:
             if prev is not None and _KIND_NAME[prev.kind_id] == "file_descriptor":
                 text = self.text(prev) + token
                 texts = (text, *texts)
-        self.operators.append(Operator(kind, text, texts, self.offset(child.start_byte)))
+        at = child.start_byte
+        self.operators.append(Operator(kind, text, texts, at if self.ascii else self.offset(at)))
 
     def in_literal(self) -> Callable[[int], bool]:
         """Whether a byte lies in a literal range (single quotes, ``$'…'``, a comment,
@@ -1422,15 +1445,43 @@ def _first_error(root: Node) -> Node:
 # Entry points
 
 
-# Above this size a command is first parsed in a child process with a deadline.
+# ---------------------------------------------------------------------------
+# The parse worker: long commands are parsed in a child process with a deadline.
+#
+# tree-sitter-bash's error recovery is quadratic or worse on some input (64 KiB of
+# "a | " takes ~9 s, 16 KiB of "[`<do" ~8 s; long pipelines are quadratic even when
+# valid). It holds the GIL, and tree-sitter checks its progress callback only
+# between parse actions, never inside error recovery (16 KiB of "a | " ran 0.86 s
+# past a 50 ms budget), so such a parse cannot be bounded in this process; and on
+# some large crafted input the C parser has crashed a whole process (seen once in
+# a property test). A command over GUARDED_PARSE_ABOVE bytes, or with many nesting
+# openers, is therefore parsed first by a long-lived worker process: started on the
+# first such command, fed over a pipe, and killed (then started afresh on the next
+# one) when tree-sitter has not finished after ``max_seconds``. Once it has, this
+# process parses the command too (tree-sitter is deterministic: as fast and as
+# safely as it just did there) and walks it, while the worker runs R9's agreement
+# check on its own tree, on another core, and sends back only its verdict.
+
+# Above this size a command is parsed in the worker first.
 GUARDED_PARSE_ABOVE = 4096
+# The worker's program. -I -S, cwd "/" and an empty environment: it must not import
+# anything the agent could have written (a tree_sitter.py in the workspace would
+# run outside the sandbox). It loads this module's file (and its sibling modules)
+# as a package of its own, without the rest of the library.
 _GUARD_CODE = (
-    "import sys\n"
-    "sys.path[:0] = sys.argv[1:]\n"
-    "import tree_sitter as t, tree_sitter_bash as b\n"
-    "t.Parser(t.Language(b.language())).parse(sys.stdin.buffer.read())\n"
-    "sys.stdout.write('parsed')\n"
+    "import sys, types, importlib.util\n"
+    "package, folder, *paths = sys.argv[1:]\n"
+    "sys.path[:0] = paths\n"
+    "pkg = types.ModuleType(package)\n"
+    "pkg.__path__ = [folder]\n"
+    "sys.modules[package] = pkg\n"
+    "spec = importlib.util.spec_from_file_location(package + '.parse', folder + '/parse.py')\n"
+    "module = importlib.util.module_from_spec(spec)\n"
+    "sys.modules[spec.name] = module\n"
+    "spec.loader.exec_module(module)\n"
+    "module._serve(sys.stdin.buffer, sys.stdout.buffer)\n"
 )
+_WORKER_PACKAGE = "_sandbox_parse_worker"
 # Where this process found tree-sitter: the child imports it from there and from
 # nowhere else (no current directory, no PYTHONPATH, no site hooks).
 _GUARD_PATHS = sorted(
@@ -1440,10 +1491,18 @@ _GUARD_PATHS = sorted(
         if module.__file__
     }
 )
+_LENGTH = struct.Struct("!I")
+# How long a worker may take to start, and to check a tree it has parsed (linear
+# work, bounded only against a wedged worker).
+_WORKER_START_SECONDS = 10.0
+_WORKER_CHECK_SECONDS = 60.0
+# How long the next long command waits for a verdict nobody asked for before it
+# replaces the worker (starting one costs ~40 ms).
+_UNASKED_VERDICT_SECONDS = 0.02
 
 
 # Bytes that open a nesting level somewhere in bash's grammar. A short command with
-# hundreds of them is crafted, not typed: it goes through the guard child too, since
+# hundreds of them is crafted, not typed: it goes through the worker too, since
 # deep nesting is where a C parser's recursion is likeliest to run out of stack.
 _OPENERS = (b"(", b"{", b"`", b"<", b"[")
 GUARDED_OPENERS_ABOVE = 256
@@ -1455,41 +1514,277 @@ def _needs_guard(data: bytes) -> bool:
     return sum(data.count(o) for o in _OPENERS) > GUARDED_OPENERS_ABOVE
 
 
-def _guarded_parse(data: bytes, seconds: float) -> str:
-    """Try tree-sitter-bash on ``data`` in a child process first: "ok", "slow" (not
-    done within ``seconds``), "crashed" (the parser died), or "unavailable" (no
-    child could be run, e.g. an embedded interpreter).
+def _serve(requests: BinaryIO, replies: BinaryIO) -> None:
+    """The worker's loop: read a command, reply "P" as soon as tree-sitter has parsed
+    it, then R9's verdict on that tree: "N" (none to report: bash agrees, or the
+    tree has a syntax error, which the caller refuses anyway), "A" + the byte and
+    the construct of a disagreement, or "E" + an error. Ends at EOF."""
+    replies.write(b"R")
+    replies.flush()
+    while True:
+        header = requests.read(_LENGTH.size)
+        if len(header) < _LENGTH.size:
+            return
+        (size,) = _LENGTH.unpack(header)
+        data = requests.read(size)
+        if len(data) < size:
+            return
+        root = _parser().parse(data).root_node
+        replies.write(b"P")
+        replies.flush()
+        try:
+            found = None if root.has_error else check_agreement(root, data)
+            if found is None:
+                reply = b"N"
+            else:
+                reply = b"A" + _LENGTH.pack(found.byte) + found.construct.encode("utf-8")
+        except Exception as exc:  # a bug: reported to the caller, which fails closed
+            reply = b"E" + f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
+        replies.write(_LENGTH.pack(len(reply)) + reply)
+        replies.flush()
 
-    Its error recovery is quadratic or worse on some invalid input (64 KiB of
-    "a | " takes ~9 s, 16 KiB of "[`<do" ~8 s), holds the GIL and skips the
-    progress callback, so it cannot be interrupted in this process; and on some
-    large crafted input the C parser has crashed the whole process (seen once in
-    a property test). The child takes both risks instead: it is killed at the
-    deadline and always reaped before this returns, and a crash there means the
-    command is refused, never parsed here.
-    """
-    # -I -S and cwd="/": the child must not import anything the agent could
-    # have written (a tree_sitter.py in the workspace would run outside the
-    # sandbox).
-    try:
-        result = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", _GUARD_CODE, *_GUARD_PATHS],
-            input=data,
-            capture_output=True,
-            timeout=seconds,
-            check=False,
-            cwd="/",
-            env={},
-        )
-    except subprocess.TimeoutExpired:
+
+def _read(fd: int, size: int, deadline: float) -> bytes | None:
+    """``size`` bytes from ``fd`` (fewer at EOF), or None when ``deadline`` passes first."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    chunks: list[bytes] = []
+    wanted = size
+    while wanted:
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(left * 1000):
+            return None
+        chunk = os.read(fd, wanted)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        wanted -= len(chunk)
+    return b"".join(chunks)
+
+
+class _ParseWorker:
+    """One worker process, its pipes, and what it was started from."""
+
+    def __init__(self) -> None:
+        self.code = _GUARD_CODE
+        self.owner = os.getpid()
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", self.code, _WORKER_PACKAGE,
+             str(Path(__file__).resolve().parent), *_GUARD_PATHS],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            cwd="/", env={}, bufsize=0,
+        )  # fmt: skip
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.requests = self.process.stdin
+        self.replies = self.process.stdout.fileno()
+        self.verdict_due = False  # a parsed command's R9 verdict is still to be read
+
+    def ended(self) -> str:
+        """Reap the worker after EOF: "crashed" when a signal ended it."""
+        self.stop()
+        code = self.process.returncode
+        return "crashed" if code is not None and code < 0 else "unavailable"
+
+    def overran(self) -> str:
+        self.stop()
         return "slow"
-    except (OSError, ValueError, TypeError):  # no usable interpreter (embedded Python)
-        return "unavailable"
-    if result.stdout == b"parsed":
-        return "ok"
-    if result.returncode < 0:
-        return "crashed"
-    return "unavailable"  # the child could not import the parser: nothing was learnt
+
+    def stop(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
+
+    def started(self) -> str:
+        ready = _read(self.replies, 1, time.monotonic() + _WORKER_START_SECONDS)
+        if ready == b"R":
+            return "ok"
+        if ready is None:
+            return self.overran()
+        return self.ended()
+
+    def parse(self, data: bytes, seconds: float) -> str:
+        """Send ``data``: "parsed" once tree-sitter is done with it there, or "slow",
+        "crashed", "unavailable" (the worker is stopped)."""
+        try:
+            self.requests.write(_LENGTH.pack(len(data)) + data)
+        except OSError:  # it died since the last command
+            return self.ended()
+        first = _read(self.replies, 1, time.monotonic() + seconds)
+        if first is None:
+            return self.overran()
+        if first != b"P":
+            return self.ended()
+        self.verdict_due = True
+        return "parsed"
+
+    def agreement(self, root: Node, data: bytes) -> Disagreement | None:
+        """R9's verdict on the command last parsed (``root`` and ``data`` are this
+        process's copy of what the worker checked)."""
+        return self.verdict()
+
+    def verdict(self) -> Disagreement | None:
+        self.verdict_due = False
+        deadline = time.monotonic() + _WORKER_CHECK_SECONDS
+        header = _read(self.replies, _LENGTH.size, deadline)
+        reply = None
+        if header is not None and len(header) == _LENGTH.size:
+            (size,) = _LENGTH.unpack(header)
+            reply = _read(self.replies, size, deadline)
+            if reply is not None and len(reply) < size:
+                reply = None
+        if not reply:
+            self.stop()
+            raise RuntimeError("the parse worker ended or stalled while checking R9")
+        if reply[:1] == b"N":
+            return None
+        if reply[:1] == b"A" and len(reply) >= 1 + _LENGTH.size:
+            (byte,) = _LENGTH.unpack_from(reply, 1)
+            return Disagreement(reply[1 + _LENGTH.size :].decode("utf-8", "replace"), byte)
+        raise RuntimeError(f"the parse worker failed: {reply[1:].decode('utf-8', 'replace')}")
+
+    def settled(self) -> bool:
+        """Whether the worker can take a command: no verdict is left unread, or the
+        one left (nobody asked for it: the walk refused the command first) has
+        arrives within _UNASKED_VERDICT_SECONDS and is read now. One still being
+        computed then (R9 on a tree the walk refused early, say 1,000 nested ${x:-,
+        can take seconds) is not waited for: the caller replaces the worker (~40 ms)
+        instead."""
+        if not self.verdict_due:
+            return True
+        poller = select.poll()
+        poller.register(self.replies, select.POLLIN)
+        if not poller.poll(_UNASKED_VERDICT_SECONDS * 1000):
+            return False
+        try:
+            self.verdict()
+        except RuntimeError:
+            return False
+        return True
+
+
+_worker: _ParseWorker | None = None
+_worker_lock = threading.Lock()
+
+
+def _forget_worker_after_fork() -> None:
+    """A forked child neither shares nor stops its parent's worker: it closes its
+    copies of the pipes and starts its own when it needs one."""
+    global _worker, _worker_lock
+    if _worker is not None:
+        for pipe in (_worker.process.stdin, _worker.process.stdout):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+    _worker = None
+    _worker_lock = threading.Lock()
+
+
+def _stop_worker() -> None:
+    global _worker
+    worker, _worker = _worker, None
+    if worker is not None and worker.owner == os.getpid():
+        try:
+            worker.requests.close()  # EOF: it exits
+            worker.process.wait(timeout=1)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        worker.stop()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, where nothing forks
+    os.register_at_fork(after_in_child=_forget_worker_after_fork)
+atexit.register(_stop_worker)
+
+
+def _ready_worker() -> _ParseWorker | str:
+    """The worker, started if need be (call with _worker_lock held): or "slow",
+    "crashed" or "unavailable" (no worker could be run, e.g. an embedded
+    interpreter) when none could be started."""
+    global _worker
+    worker = _worker
+    if worker is not None and (
+        worker.code != _GUARD_CODE
+        or worker.owner != os.getpid()
+        or worker.process.poll() is not None  # ended since the last command
+        or not worker.settled()
+    ):
+        if worker.owner == os.getpid():
+            worker.stop()
+        worker = _worker = None
+    if worker is None:
+        try:
+            worker = _ParseWorker()
+        except (OSError, ValueError, TypeError):  # no usable interpreter
+            return "unavailable"
+        state = worker.started()
+        if state != "ok":
+            return state
+        _worker = worker
+    return worker
+
+
+# A one-line command of plain words: printable ASCII other than bash's quoting,
+# expansion, glob, brace, operator and comment characters, separated by blanks.
+_PLAIN_CHARS = "%+,\\-./0-9:=@A-Z^_a-z"
+_PLAIN_SOURCE = re.compile(
+    rf"[ \t\n]*+([{_PLAIN_CHARS}]+(?:[ \t]+[{_PLAIN_CHARS}]+)*)[ \t\n]*"
+)
+
+
+def _plain_script(source: str, match: re.Match[str], max_depth: int) -> ParsedScript | None:
+    """The parse of a source of plain words (``git status``), or None to take the
+    general path.
+
+    tree-sitter-bash still reads the source; when its tree is exactly one command
+    whose children are a command name and words (or numbers) over the blank-separated spans of
+    the source, the general path (the walk's plain-command case, no expansion, line
+    join or control character to check, and a tree R9 accepts leaf by leaf: every
+    leaf a word of plain characters, blanks between) yields this script, so it is
+    built directly. Any other tree (``x =~ y`` reads a regex, ``a=b`` an assignment,
+    a syntax error) goes the general way. A rule that ever refuses a plain word
+    must be taught here too: tests/test_parse_paths.py compares both paths."""
+    if max_depth < 2:
+        return None
+    data = source.encode("ascii")
+    root = _parser().parse(data).root_node
+    if root.child_count != 1:
+        return None
+    command = root.children[0]
+    if command.kind_id not in _COMMAND:
+        return None
+    start = match.start(1)
+    text = match.group(1)
+    words = _BLANKS.split(text)
+    parts = command.children
+    if len(parts) != len(words) or command.start_byte != start or command.end_byte != match.end(1):
+        return None
+    name = parts[0]
+    if name.kind_id not in _COMMAND_NAME or name.child_count != 1:
+        return None
+    leaf = name.children[0]
+    if leaf.kind_id not in _WORD or leaf.start_byte != start or leaf.end_byte != name.end_byte:
+        return None
+    at = start
+    for word, part in zip(words, parts, strict=True):
+        if part.start_byte != at or part.end_byte != at + len(word):
+            return None
+        if part is not name and part.kind_id not in _WORD and (
+            part.kind_id not in _NUMBER or part.child_count
+        ):
+            return None
+        at = part.end_byte
+        blanks = _BLANKS.match(text, at - start)
+        if blanks is not None:
+            at += blanks.end() - blanks.start()
+    built = SimpleCommand(
+        "command", tuple([_new(Word, (w, w, w, True, *_WORD_TAIL)) for w in words]), (), text, start
+    )
+    return ParsedScript(source, (built,), (), (), (), (), (), 2)
 
 
 def parse(
@@ -1497,8 +1792,22 @@ def parse(
 ) -> ParsedScript:
     """Parse ``source`` as bash. Never raises for any string; whatever cannot be
     decided on safely is reported in ``findings``. A source longer than
-    GUARDED_PARSE_ABOVE bytes is first parsed in a child process that is killed
-    after ``max_seconds``."""
+    GUARDED_PARSE_ABOVE bytes (or with many nesting openers) is parsed in a worker
+    process, which is killed when tree-sitter is not done after ``max_seconds``."""
+    if len(source) <= GUARDED_PARSE_ABOVE and len(source) <= max_bytes:
+        plain = _PLAIN_SOURCE.fullmatch(source)
+        if plain is not None:
+            script = _plain_script(source, plain, max_depth)
+            if script is not None:
+                return script
+    return _parse_general(source, max_bytes, max_depth, max_seconds)
+
+
+def _parse_general(
+    source: str, max_bytes: int, max_depth: int, max_seconds: float
+) -> ParsedScript:
+    """parse() past the plain-words case."""
+    global _worker
 
     def early(rule: str, message: str, token: str | None = None, at: int = 0) -> ParsedScript:
         return ParsedScript(source, (), (), (), (), (), (Finding(rule, message, token, at),), 0)
@@ -1523,21 +1832,43 @@ def parse(
         return early("R6", "the command is not valid Unicode (it holds a lone surrogate)")
     if len(data) > max_bytes:
         return early("R6", f"the command is longer than {max_bytes} bytes")
-    guard = _guarded_parse(data, max_seconds) if _needs_guard(data) else "ok"
-    if guard == "crashed":
+    if not _needs_guard(data):
+        return _parse_tree(source, data, max_depth, check_agreement)
+    with _worker_lock:
+        worker = _ready_worker()
+        state = worker if isinstance(worker, str) else worker.parse(data, max_seconds)
+        if state == "parsed":
+            assert isinstance(worker, _ParseWorker)
+            return _parse_tree(source, data, max_depth, worker.agreement)
+        _worker = None  # stopped, or never started: the next long command starts one
+    if state == "crashed":
         return early(
             "R6",
             "tree-sitter-bash crashed parsing this command (tried in a separate process); "
             "fix its syntax or shorten it",
         )
-    if guard == "slow":
+    if state == "slow":
         return early(
             "R6",
             f"the command took longer than {max_seconds:g} s to parse (tree-sitter-bash "
             "recovers from some syntax errors very slowly); fix its syntax or shorten it",
         )
-    tree = _parser().parse(data)
-    root = tree.root_node
+    # "unavailable": no worker could be run (an embedded interpreter), or it could
+    # not import the parser; nothing was learnt, and the command is parsed here.
+    return _parse_tree(source, data, max_depth, check_agreement)
+
+
+def _parse_tree(
+    source: str,
+    data: bytes,
+    max_depth: int,
+    agreement: Callable[[Node, bytes], Disagreement | None],
+) -> ParsedScript:
+    """Parse ``data`` here and walk the tree; R9 is asked of ``agreement``."""
+    def early(rule: str, message: str, token: str | None = None, at: int = 0) -> ParsedScript:
+        return ParsedScript(source, (), (), (), (), (), (Finding(rule, message, token, at),), 0)
+
+    root = _parser().parse(data).root_node
     controls = _control_positions(source)
     if root.has_error:
         # Fail closed without walking a tree that is partly guesswork.
@@ -1572,7 +1903,7 @@ def parse(
                 walk.findings.append(Finding("R8", _control_message(ch), escape_controls(ch), pos))
                 break
     if not any(f.rule in ("R6", "R8") for f in walk.findings):
-        disagreement = check_agreement(root, data)
+        disagreement = agreement(root, data)
         if disagreement is not None:
             at = len(data[: disagreement.byte].decode("utf-8", "replace"))
             token = data[disagreement.byte : disagreement.byte + 24].decode("utf-8", "replace")

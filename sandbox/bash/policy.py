@@ -874,8 +874,9 @@ class BashToolPolicy:
             and not script.redirects
         ):
             return _Blocked(None, "the command is empty; nothing to run")
-        for op in script.operators:
-            hits = [e for e in self.blocked_operators if any(e in t for t in op.texts)]
+        blocked_operators = self.blocked_operators
+        for op in script.operators if blocked_operators else ():
+            hits = [e for e in blocked_operators if any(e in t for t in op.texts)]
             for entry in sorted(hits, key=lambda e: e != op.text):
                 spelled = "a newline" if op.text == "\n" else repr(op.text)
                 also = f" (blocked operator {entry!r})" if entry != op.text else ""

@@ -27,10 +27,12 @@ The life of one run (`run_bash`):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import resource
 import shutil
+import signal
 import stat
 import sys
 import tempfile
@@ -43,11 +45,11 @@ from typing import Any
 import anyio
 
 from sandbox.bash.capture import BoundedCapture, drain_buffered, pump, set_pipe_size
-from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue
+from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue, zygote_key
 from sandbox.bash.confinement import ConfinementRequest, describe_kernel, plan
 from sandbox.bash.confinement import detect as detect_confinement
 from sandbox.bash.containment import MECHANISMS, Tree, availability, choose, open_tree
-from sandbox.bash.spawner import SpawnedProcess, Spawner, SpawnerError
+from sandbox.bash.spawner import STALE, SpawnedProcess, Spawner, SpawnerError
 from sandbox.errors import ConfigurationError, SandboxError
 
 __all__ = [
@@ -223,9 +225,13 @@ class BashProcess:
         setup: ChildSetup | None,
         pass_fds: tuple[int, ...] = (),
         kill_files: tuple[str, ...] = (),
+        use_offer: bool = True,
     ) -> BashProcess:
         """Start ``argv`` through this process's spawner (`sandbox.bash.spawner`): the
-        agent never forks itself, and the spawner kills the tree if the agent dies."""
+        agent never forks itself, and the spawner kills the tree if the agent dies.
+        With `use_offer`, a zygote the spawner has ready for this setup takes it
+        straight from us."""
+        key = zygote_key(setup) if setup is not None else None
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         try:
@@ -236,7 +242,8 @@ class BashProcess:
             try:
                 spawned = Spawner.shared().spawn(
                     argv, cwd=cwd, env=dict(env), setup=setup, stdout_w=out_w,
-                    stderr_w=err_w, pass_fds=pass_fds, kill_files=kill_files)
+                    stderr_w=err_w, pass_fds=pass_fds, kill_files=kill_files,
+                    zygote_key=key, use_offer=use_offer)
             except SpawnerError:
                 # One retry with a new spawner: the old one may have died between
                 # commands (it is restarted on the next use).
@@ -261,29 +268,38 @@ class BashProcess:
             self._exited = self._popen.poll_exited()
         return self._exited
 
-    async def wait_exited(self) -> None:
-        """Wait until the process has exited, without reaping it. If the spawner dies
-        meanwhile, raise `SpawnerError` at once instead of waiting for the command."""
+    async def wait_exited(self, *, check_spawner: bool = True) -> None:
+        """Wait until the process has exited, without reaping it. If the spawner died
+        meanwhile (the process then died too: it gets SIGKILL when its parent, the
+        spawner, dies), raise `SpawnerError` (unless `check_spawner` is False): its
+        result is lost."""
         if self._exited:
             return
-        spawner_gone = False
-        async with anyio.create_task_group() as tg:
-
-            async def watch_spawner() -> None:
-                nonlocal spawner_gone
-                await anyio.wait_readable(self._popen.reply_fd)
-                spawner_gone = True
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(watch_spawner)
-            assert self._pidfd is not None
-            await anyio.wait_readable(self._pidfd)
-            tg.cancel_scope.cancel()
-        if spawner_gone and not self._popen.poll_exited():
+        assert self._pidfd is not None
+        await anyio.wait_readable(self._pidfd)
+        self._exited = True
+        if check_spawner and self._popen.spawner_gone():
             raise SpawnerError(
                 "the spawner process died while this command ran; its result is lost "
                 "(the next command starts a new spawner)")
-        self._exited = True
+
+    async def wait_started(self, limit: float = KILL_GRACE) -> None:
+        """Wait (at most `limit` seconds) until the child has exec'd or given up: before
+        that it may not be in its cgroups yet, and a tree kill could miss it."""
+        if self._popen.poll_started():
+            return
+        with anyio.move_on_after(limit):
+            while not self._popen.poll_started():
+                await anyio.wait_readable(self._popen.started_fd)
+        if not self._popen.poll_started():
+            # Stuck before exec (no user code ran): it has no children to miss.
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._popen.pidfd, signal.SIGKILL)
+
+    def setup_error(self) -> str | None:
+        """Why the child could not set itself up (cgroups, rlimits, confinement,
+        identity), or None; known once it has exited."""
+        return self._popen.setup_error()
 
     def reap(self) -> int | None:
         """Collect the exit status (the process must have exited)."""
@@ -560,33 +576,60 @@ async def run_bash(
         if prologue is not None:
             # The command string is always last: wrappers only prepend.
             argv[-1] = shell_prologue(prologue, posix_mode=bash_posix_mode(env)) + argv[-1]
-        try:
-            process = BashProcess.spawn(
-                argv, cwd=workdir, env=env, setup=child_setup, pass_fds=tree.pass_fds,
-                kill_files=tree.kill_files,
+        # A zygote given the command straight from us may find that what it was
+        # prepared from changed since (/etc, a workspace made again): it runs nothing
+        # and says so, and the command goes through the spawner instead. Not with
+        # descriptors to pass (the subreaper's), which are ours only once.
+        offer = not tree.pass_fds
+        for attempt in (1, 2):
+            try:
+                process = BashProcess.spawn(
+                    argv, cwd=workdir, env=env, setup=child_setup, pass_fds=tree.pass_fds,
+                    kill_files=tree.kill_files, use_offer=offer and attempt == 1,
+                )
+            except SpawnerError as e:
+                raise SandboxError(
+                    f"{e}: moving it into its cgroups, setting rlimits, confining it or "
+                    "dropping privileges failed; run `sandbox doctor` to see what works "
+                    "here"
+                ) from None
+            finally:
+                tree.spawned()
+            out, err, returncode, timed_out, killed = await _supervise(
+                process, tree, timeout, max_output_bytes
             )
-        except SpawnerError as e:
-            raise SandboxError(
-                f"{e}: moving it into its cgroups, setting rlimits, confining it or "
-                "dropping privileges failed; run `sandbox doctor` to see what works here"
-            ) from None
-        finally:
-            tree.spawned()
-        out, err, returncode, timed_out, killed = await _supervise(
-            process, tree, timeout, max_output_bytes
-        )
+            setup_error = process.setup_error()
+            if setup_error is None or STALE not in setup_error or attempt == 2:
+                break
+            try:
+                process.reap()
+            finally:
+                process.close()
+                process = None
     finally:
         with anyio.CancelScope(shield=True):
-            if process is not None:
-                if not process.has_exited():
-                    await tree.kill(process)
-                    with anyio.move_on_after(KILL_GRACE):
-                        await process.wait_exited()
-                process.reap()
-                process.close()
-            await tree.aclose()
-            if tmpdir is not None:
-                shutil.rmtree(tmpdir, ignore_errors=True)
+            try:
+                if process is not None:
+                    if not process.has_exited():
+                        await process.wait_started()
+                        await tree.kill(process)
+                        with anyio.move_on_after(KILL_GRACE):
+                            await process.wait_exited(check_spawner=False)
+                    try:
+                        process.reap()
+                    finally:
+                        process.close()
+            finally:
+                # Also when the spawner is gone (reap raised): nothing may be left.
+                await tree.aclose()
+                if tmpdir is not None:
+                    shutil.rmtree(tmpdir, ignore_errors=True)
+    if setup_error is not None:
+        raise SandboxError(
+            f"the spawner could not set up the child process: {setup_error}: moving it "
+            "into its cgroups, setting rlimits, confining it or dropping privileges "
+            "failed; run `sandbox doctor` to see what works here"
+        )
 
     if limits.max_child_processes is None:
         nproc = None
@@ -623,22 +666,21 @@ async def _supervise(
     out = BoundedCapture(max_output_bytes)
     err = BoundedCapture(max_output_bytes)
     out_done, err_done = anyio.Event(), anyio.Event()
+    lost: SpawnerError | None = None
     async with anyio.create_task_group() as readers:
         readers.start_soon(_pump_until_eof, process.stdout_fd, out, out_done)
         readers.start_soon(_pump_until_eof, process.stderr_fd, err, err_done)
-        with anyio.move_on_after(timeout):
-            await process.wait_exited()
-        exited = process.has_exited()
-        # Also after a normal exit: background jobs and escapes die with the shell.
-        killed = await tree.kill(process)
-        if not exited:
-            with anyio.move_on_after(KILL_GRACE):
+        try:
+            with anyio.move_on_after(timeout):
                 await process.wait_exited()
-        returncode = process.reap()
-        with anyio.move_on_after(DRAIN_GRACE):
-            await out_done.wait()
-            await err_done.wait()
+            exited, killed, returncode = await _end(process, tree, out_done, err_done)
+        except SpawnerError as e:
+            # The spawner died: raised below, plainly (not in an exception group);
+            # run_bash's cleanup kills what is left.
+            lost = e
         readers.cancel_scope.cancel()
+    if lost is not None:
+        raise lost
     for fd, capture, done in (
         (process.stdout_fd, out, out_done),
         (process.stderr_fd, err, err_done),
@@ -646,6 +688,25 @@ async def _supervise(
         if not done.is_set():
             drain_buffered(fd, capture)
     return out, err, returncode, not exited, killed
+
+
+async def _end(process: BashProcess, tree: Tree, out_done: anyio.Event,
+               err_done: anyio.Event) -> tuple[bool, int, int | None]:
+    """Once the shell has exited or timed out: kill the tree, reap, wait briefly for the
+    readers to reach end of file. Returns (exited, killed, returncode)."""
+    exited = process.has_exited()
+    if not exited:
+        await process.wait_started()
+    # Also after a normal exit: background jobs and escapes die with the shell.
+    killed = await tree.kill(process)
+    if not exited:
+        with anyio.move_on_after(KILL_GRACE):
+            await process.wait_exited(check_spawner=False)
+    returncode = process.reap()
+    with anyio.move_on_after(DRAIN_GRACE):
+        await out_done.wait()
+        await err_done.wait()
+    return exited, killed, returncode
 
 
 # --------------------------------------------------------------------------- doctor
@@ -712,7 +773,10 @@ def detect_protections() -> dict[str, Any]:
     report["confinement"] = confinement
     landlock = confined.has("landlock-fs")
     report["agent_environment_readable_by_command"] = (
-        "no: Landlock forbids ptrace access (and so /proc/<pid>/environ) outside the "
+        "no: the command has a PID namespace and a /proc of its own, where the agent "
+        "does not exist (and Landlock forbids ptrace access outside its domain)"
+        if landlock and confined.has("private-proc")
+        else "no: Landlock forbids ptrace access (and so /proc/<pid>/environ) outside the "
         "command's domain"
         if landlock
         else "yes via /proc/<agent pid>/environ, unless drop_privileges=True"

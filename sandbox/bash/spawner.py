@@ -11,22 +11,28 @@ Lifetimes and descriptors:
 - The spawner is started on first use (`Spawner.shared`), in a new session (terminal
   signals meant for the agent do not reach it), with ``python -I -S`` and only the
   stdlib modules it needs loaded, so it stays small. It holds a pidfd of the agent.
-- Per command, the agent makes the output pipes and a reply socket pair, and sends the
-  write ends, the spawner's end of the reply pair and any descriptors the command must
-  inherit, with the request, over the control socket (SCM_RIGHTS). It closes its copies
-  at once. The spawner forks; the child puts the pipes on 1 and 2, /dev/null on 0, the
-  inherited descriptors back on their numbers, runs ``preexec_fn(setup)`` and execs.
-  The spawner answers on the reply socket with the pid and a pidfd of the child.
+- Per command, the agent makes the output pipes, a "started" pipe and a reply socket
+  pair, and sends the write ends, the spawner's end of the reply pair and any
+  descriptors the command must inherit, with the request, over the control socket
+  (SCM_RIGHTS). It closes its copies at once. The spawner forks and answers on the
+  reply socket at once with the pid and a pidfd of the child; the child puts the pipes
+  on 1 and 2, /dev/null on 0, the inherited descriptors back on their numbers, runs
+  ``preexec_fn(setup)`` and execs. The "started" pipe is close-on-exec: the agent sees
+  end of file when the child has exec'd, or the reason it could not set itself up.
 - The spawner reaps a child only when the agent asks (after it has killed the tree), so
   the child's pid, which is also its process group id, is not reused while the agent
-  may still signal it.
+  may still signal it. The agent reads the exit status of the zombie in /proc and does
+  not wait for the spawner's answer.
 - When the agent dies (any signal, SIGKILL included: the agent's pidfd becomes
   readable) or closes the control socket, the spawner kills every tree it started
   (cgroup.kill where the tree has one, SIGTERM to the main process so a subreaper or
   ``unshare --kill-child`` takes its tree down, then SIGKILL to the process group),
   reaps and exits.
-- If the spawner dies, a command in flight sees its reply socket close: `reap` raises
-  `SpawnerError`, never hangs; the next command starts a new spawner.
+- If the spawner dies, each command it started gets SIGKILL (PR_SET_PDEATHSIG, set in
+  the child before exec; with a PID namespace of its own that takes the whole
+  namespace), so a command in flight ends at once and the agent, seeing the reply
+  socket closed, raises `SpawnerError`, never hangs; the next command starts a new
+  spawner.
 """
 
 from __future__ import annotations
@@ -54,6 +60,32 @@ class SpawnerError(SandboxError):
     """The spawner process could not start a command or died while one ran."""
 
 
+# How a zygote that got a request straight from the agent says it was prepared from a
+# state of the machine that has changed since (the command then goes through the
+# spawner, see `process.run_bash`).
+STALE = "stale zygote"
+
+
+class _Offer:
+    """A zygote the spawner made ready for the agent's next command: its pid and pidfd,
+    the socket to give it the request on, and a reply socket to the spawner (to say it
+    was taken, then to ask for the reap)."""
+
+    def __init__(self, pid: int, key: object, fds: list[int]) -> None:
+        self.pid = pid
+        self.key = key
+        self.requests = socket.socket(fileno=fds[0])
+        self.reply = socket.socket(fileno=fds[1])
+        self.pidfd = fds[2]
+
+    def close(self) -> None:
+        self.requests.close()
+        self.reply.close()
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+
+
 def _send(sock: socket.socket, obj: Any, fds: list[int] | None = None) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     if len(data) > _MAX_MESSAGE:
@@ -76,13 +108,24 @@ def _recv(sock: socket.socket) -> tuple[Any, list[int]]:
 
 
 class SpawnedProcess:
-    """A command the spawner started: what `BashProcess` needs of a Popen."""
+    """A command the spawner started: what `BashProcess` needs of a Popen.
 
-    def __init__(self, pid: int, pidfd: int, reply: socket.socket) -> None:
+    The spawner answers as soon as it has forked, before the child has set itself up
+    and exec'd: the child's setup and the agent's own work overlap. `started_fd` (the
+    read end of a close-on-exec pipe the child holds until its exec) tells when the
+    child has exec'd (end of file) or failed to set up (the reason, then end of file);
+    the process layer waits for it before killing a tree, since until then the child
+    may not be in its cgroups yet.
+    """
+
+    def __init__(self, pid: int, pidfd: int, reply: socket.socket, started_fd: int) -> None:
         self.pid = pid
         self.pidfd = pidfd
+        self.started_fd = started_fd
         self.returncode: int | None = None
         self._reply = reply
+        self._setup_error: bytes = b""
+        self._started = False
 
     @property
     def reply_fd(self) -> int:
@@ -94,30 +137,79 @@ class SpawnedProcess:
             return True
         return bool(select.select([self.pidfd], [], [], 0)[0])
 
+    def spawner_gone(self) -> bool:
+        """Whether the spawner has died (the reply socket is at end of file)."""
+        return self.returncode is None and bool(select.select([self.reply_fd], [], [], 0)[0])
+
+    def poll_started(self) -> bool:
+        """True once the child has exec'd or given up (see `setup_error`)."""
+        while not self._started:
+            try:
+                chunk = os.read(self.started_fd, 4096)
+            except BlockingIOError:
+                return False
+            if not chunk:
+                self._started = True
+            self._setup_error += chunk
+        return True
+
+    def setup_error(self) -> str | None:
+        """Why the child could not set itself up (it then exited with status 127), or
+        None if it exec'd. Meaningful once `poll_started` is True."""
+        if not self.poll_started() or not self._setup_error:
+            return None
+        return self._setup_error.decode("utf-8", "replace")
+
     def wait(self) -> int:
-        """Ask the spawner to reap the (exited) process; its exit code, Popen-style."""
+        """The (exited) process's exit code, Popen-style; the spawner reaps it.
+
+        The status is read from /proc/PID/stat (its exit_code field, as waitpid reports
+        it) while the process is still an unreaped zombie, so its pid cannot have been
+        reused; the spawner is told to reap without waiting for its answer. Without that
+        field (Linux < 3.5) the spawner's answer is awaited.
+        """
         if self.returncode is not None:
             return self.returncode
+        status = _zombie_status(self.pid)
         try:
             _send(self._reply, ("reap",))
-            self._reply.settimeout(10)
-            (kind, value), fds = _recv(self._reply)
+            if status is None:
+                self._reply.settimeout(10)
+                (kind, value), fds = _recv(self._reply)
+                for fd in fds:
+                    os.close(fd)
+                if kind != "status":
+                    raise SpawnerError(f"the spawner answered {kind!r}: {value}")
+                status = value
         except (OSError, EOFError) as e:
-            raise SpawnerError(
-                "the spawner process died while this command ran; its result is lost "
-                "(the next command starts a new spawner)") from e
-        for fd in fds:
-            os.close(fd)
-        if kind != "status":
-            raise SpawnerError(f"the spawner answered {kind!r}: {value}")
-        self.returncode = os.waitstatus_to_exitcode(value)
+            if status is None:
+                raise SpawnerError(
+                    "the spawner process died while this command ran; its result is lost "
+                    "(the next command starts a new spawner)") from e
+        self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
     def close(self) -> None:
         if self.pidfd >= 0:
             os.close(self.pidfd)
             self.pidfd = -1
+        if self.started_fd >= 0:
+            os.close(self.started_fd)
+            self.started_fd = -1
         self._reply.close()
+
+
+def _zombie_status(pid: int) -> int | None:
+    """The wait status of exited, unreaped `pid` from /proc/PID/stat, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # fields[0] is field 3 (state); exit_code is field 52.
+    if len(fields) < 50 or fields[0] not in (b"Z", b"X"):
+        return None
+    return int(fields[49])
 
 
 class Spawner:
@@ -155,6 +247,7 @@ class Spawner:
         if ready != ("ready",):
             self.close()
             raise SpawnerError(f"the spawner process said {ready!r} at start")
+        self._offer: _Offer | None = None
 
     @classmethod
     def shared(cls) -> Spawner:
@@ -171,41 +264,115 @@ class Spawner:
     def _pid_changed(self) -> bool:
         return self._owner != os.getpid()
 
-
     @property
     def pid(self) -> int:
         return self._proc.pid
 
+    def _take_offers(self) -> None:
+        """Read the offers the spawner queued (the newest is kept); under _lock."""
+        self._sock.setblocking(False)
+        try:
+            while True:
+                try:
+                    message, fds = _recv(self._sock)
+                except BlockingIOError:
+                    return
+                except (OSError, EOFError):
+                    self._broken = True
+                    return
+                if (isinstance(message, tuple) and message[:1] == ("offer",)
+                        and len(fds) == 3):  # fmt: skip
+                    if self._offer is not None:
+                        self._offer.close()  # the spawner sees it let go
+                    self._offer = _Offer(message[1], message[2], fds)
+                else:
+                    for fd in fds:
+                        os.close(fd)
+        finally:
+            self._sock.setblocking(True)
+
+    def _spawn_offered(self, key: object, request: dict[str, Any], fds: list[int],
+                       started_r: int, kill_files: tuple[str, ...]
+                       ) -> SpawnedProcess | None:  # fmt: skip
+        """Give the request straight to the offered zygote, if it was made for `key`;
+        under _lock. None when there is none (or it is gone: the spawner revoked it)."""
+        self._take_offers()
+        offer, self._offer = self._offer, None
+        if offer is None:
+            return None
+        if offer.key != key:
+            offer.close()
+            return None
+        try:
+            _send(offer.requests, request, fds)
+            _send(offer.reply, ("taken", list(kill_files)), [started_r])
+        except OSError:
+            offer.close()
+            return None
+        offer.requests.close()
+        pidfd, offer.pidfd = offer.pidfd, -1
+        return SpawnedProcess(offer.pid, pidfd, offer.reply, started_r)
+
     def spawn(self, argv: list[str], *, cwd: str, env: dict[str, str], setup: object,
               stdout_w: int, stderr_w: int, pass_fds: tuple[int, ...] = (),
-              kill_files: tuple[str, ...] = ()) -> SpawnedProcess:
+              kill_files: tuple[str, ...] = (), zygote_key: object = None,
+              use_offer: bool = True) -> SpawnedProcess:
+        """Start a command: through the zygote the spawner offered for `zygote_key`
+        (the request goes straight to it), else through the spawner."""
         reply, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        started_r, started_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         request = {"argv": argv, "cwd": cwd, "env": env, "setup": setup,
                    "pass_fds": list(pass_fds), "kill_files": list(kill_files)}
+        if use_offer and setup is not None:
+            try:
+                with self._lock:
+                    spawned = self._spawn_offered(
+                        zygote_key, request, [stdout_w, stderr_w, started_w, *pass_fds],
+                        started_r, kill_files)
+            except BaseException:
+                reply.close()
+                theirs.close()
+                os.close(started_r)
+                os.close(started_w)
+                raise
+            if spawned is not None:
+                reply.close()
+                theirs.close()
+                os.close(started_w)
+                return spawned
         try:
             with self._lock:
-                _send(self._sock, request, [stdout_w, stderr_w, theirs.fileno(), *pass_fds])
+                _send(self._sock, request, [stdout_w, stderr_w, theirs.fileno(), started_w,
+                                            started_r, *pass_fds])
         except OSError as e:
             reply.close()
+            os.close(started_r)
             self._broken = True
             raise SpawnerError(f"the spawner process is gone ({e})") from e
         finally:
             theirs.close()
+            os.close(started_w)
         try:
             (kind, value), fds = _recv(reply)
         except (OSError, EOFError) as e:
             reply.close()
+            os.close(started_r)
             self._broken = True
             raise SpawnerError("the spawner process died before starting the command") from e
         if kind != "started":
             for fd in fds:
                 os.close(fd)
             reply.close()
+            os.close(started_r)
             raise SpawnerError(str(value))
-        return SpawnedProcess(value, fds[0], reply)
+        return SpawnedProcess(value, fds[0], reply, started_r)
 
     def close(self) -> None:
         """Stop the spawner: it kills whatever it still runs, then exits."""
+        offer = getattr(self, "_offer", None)
+        if offer is not None:
+            offer.close()
+            self._offer = None
         self._sock.close()
         try:
             self._proc.wait(timeout=5)

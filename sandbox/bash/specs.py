@@ -52,7 +52,7 @@ _NONE, _REQUIRED, _OPTIONAL = "none", "required", "optional"
 _SPEC_KEYS = frozenset({
     "options", "value_options", "optional_value_options", "operands", "operand_pattern",
     "script_options", "analyzer", "subcommands", "single_dash_long", "any_options", "why",
-    "examples",
+    "examples", "bundles",
 })  # fmt: skip
 
 
@@ -69,6 +69,9 @@ class ProgramSpec:
     of their own (``"git log"``). ``any_options`` lets any option through (for
     programs that run code by design: ``python3``); ``examples`` gives a sample
     value for value options, used by the tests that run every allowed option.
+    ``bundles = false`` takes one short option per word, a value in the next word
+    (tree reads ``-Lo 2 M`` as ``-L 2 -o M``, not as getopt's ``-L o``); only an
+    optional value is glued (``-U3``).
     """
 
     name: str
@@ -82,6 +85,7 @@ class ProgramSpec:
     any_options: bool = False
     why: str = ""
     examples: Mapping[str, str] = field(default_factory=dict)
+    bundles: bool = True
 
     @property
     def long_options(self) -> tuple[str, ...]:
@@ -155,6 +159,7 @@ def spec_from_mapping(name: str, data: Mapping[str, Any], *, source: str) -> Pro
         any_options=bool(data.get("any_options", False)),
         why=str(data.get("why", "")),
         examples=MappingProxyType(dict(examples)),
+        bundles=bool(data.get("bundles", True)),
     )
 
 
@@ -260,7 +265,7 @@ def _check(spec: ProgramSpec, words: Sequence[Word], i: int,
             i += 1
             continue
         if value == "--":
-            options_done = True
+            options_done = not spec.single_dash_long  # find reads predicates after '--'
             i += 1
             continue
         if spec.any_options:
@@ -360,6 +365,11 @@ def _option(spec: ProgramSpec, words: Sequence[Word], i: int,
         return 0, _unlisted(spec, name)
     if value[1:].isdigit() and "-NUM" in options:
         return 1, None  # head -5, grep -3: the obsolete numeric form
+    if not spec.bundles and len(value) > 2 and options.get(value[:2]) != _OPTIONAL:
+        return 0, SpecViolation(spec.name, value,
+                                f"{value!r}: the {spec.name!r} spec takes one short option per "
+                                f"word, its value in the next word ('-a -L 2', not '-aL2'): "
+                                f"{spec.name} reads bundles differently from getopt")
     # A bundle of short options: each letter a flag, until one that takes a value,
     # which takes the rest of the word (or the next word).
     j = 1
