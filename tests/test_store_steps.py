@@ -203,3 +203,70 @@ def test_run_now_declines_while_another_process_writes_and_changes_nothing(
     assert (done, ran) == (False, [])
     assert store._db.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000
     assert not store._db.in_transaction
+
+
+_WORKER = """
+import sys
+import anyio
+from sandbox import ApprovalStore, AutoApprove, FunctionTool, ToolConfirmation, ToolRunner
+
+path, out, tag, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+
+
+def write(i: int) -> dict:
+    with open(out, "a") as fh:
+        fh.write(f"{tag}-{i}\\n")
+    return {"i": i}
+
+
+async def main() -> None:
+    store = ApprovalStore(path)
+    auto = ToolRunner([FunctionTool(write, require_confirmation=True, run_in_thread=False)],
+                      provider=AutoApprove(), store=store)
+    asked = ToolRunner([FunctionTool(write, require_confirmation=True, run_in_thread=False)],
+                       store=store)
+    print("ready", flush=True)
+    sys.stdin.readline()  # every worker starts at once
+    for i in range(n):
+        if i % 2:
+            assert await auto.call("write", {"i": i}, call_id=f"{tag}-{i}") == {"i": i}
+        else:
+            parked = await asked.call("write", {"i": i}, call_id=f"{tag}-{i}")
+            result = await asked.resume(parked["confirmation_id"], ToolConfirmation(confirmed=True))
+            assert result == {"i": i}, result
+    print("ok", flush=True)
+
+anyio.run(main)
+"""
+
+
+def test_processes_writing_one_sqlite_file_at_once_run_every_call_once(tmp_path: Path) -> None:
+    # Steps run inline while the write lock is free and on the worker thread while
+    # another process holds it: under contention nothing fails, waits forever or runs twice.
+    path, out, n = tmp_path / "approvals.db", tmp_path / "ran.txt", 150
+    ApprovalStore(path).close()
+    workers = [subprocess.Popen([sys.executable, "-c", _WORKER, str(path), str(out), f"p{k}",
+                                 str(n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for k in range(3)]
+    try:
+        for w in workers:
+            assert w.stdout is not None and w.stdout.readline().strip() == "ready"
+        for w in workers:
+            assert w.stdin is not None
+            w.stdin.write("go\n")
+            w.stdin.flush()
+        outputs = [w.communicate(timeout=50) for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+    assert [(w.returncode, o.strip()) for w, (o, _) in zip(workers, outputs, strict=True)] == [
+        (0, "ok")] * 3, [e[-2000:] for _, e in outputs]
+    ran = out.read_text().split()
+    assert sorted(ran) == sorted(f"p{k}-{i}" for k in range(3) for i in range(n))
+    store = ApprovalStore(path)
+    for k in range(3):
+        for i in range(n):
+            assert [s for s, _, _ in store.journal(f"p{k}-{i}")] == [
+                "new", "awaiting", "approved", "started", "done"]
