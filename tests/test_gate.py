@@ -882,3 +882,38 @@ async def test_an_oversized_call_id_is_a_clear_error() -> None:
     runner = ToolRunner(tools=[FunctionTool(noop)], provider=AutoApprove())
     with pytest.raises(ConfigurationError, match="call_id"):
         await runner.call("noop", {}, call_id="c" * 10_000)
+
+
+@pytest.mark.parametrize("file", [False, True])
+async def test_auto_approve_is_parked_and_decided_in_one_step_with_every_record_and_event(
+        effect: SideEffect, tmp_path: Any, file: bool) -> None:
+    # AutoApprove's answer is known before the request is parked: the call is opened,
+    # parked and decided in one store step. A remembered rule still answers first, and
+    # the journal, the decision and the audit trail read as for parking then deciding.
+    from sandbox import ApprovalStore
+
+    audit = tmp_path / "audit.jsonl"
+    runner = ToolRunner([append_tool(effect)], provider=AutoApprove(), session_id="s1",
+                        store=ApprovalStore(tmp_path / "a.db") if file else None,
+                        audit_path=str(audit))
+    assert await runner.call("append", {"text": "a"}, call_id="c1") == {"written": "a"}
+    rule = runner.rules.add(tool="append", kind="args", scope="session", ttl=60,
+                            args={"text": "b"}, session_id="s1")
+    assert await runner.call("append", {"text": "b"}, call_id="c2") == {"written": "b"}
+    assert effect.lines == ["a", "b"]
+    by_provider = runner.store.request_decision(request_of(runner, "c1").id)
+    by_rule = runner.store.request_decision(request_of(runner, "c2").id)
+    assert by_provider is not None and by_rule is not None
+    assert (by_provider["decided_by"], by_provider["channel"]) == ("auto-approve",
+                                                                  "auto-approve")
+    assert (by_rule["decided_by"], by_rule["channel"]) == (rule.id, "rule")
+    assert runner.rules.get(rule.id).uses == 1
+    for call_id in ("c1", "c2"):
+        assert [s for s, _, _ in runner.store.journal(call_id)] == [
+            "new", "awaiting", "approved", "started", "done"]
+    events = [(e["event"], e["call_id"]) for e in map(json.loads, audit.read_text().splitlines())]
+    assert events == [(event, call_id) for call_id in ("c1", "c2") for event in (
+        "tool.requested", "tool.decided", "tool.started", "tool.finished")]
+    # The call ids are answered from their records, never run again.
+    assert (await runner.call("append", {"text": "a"}, call_id="c1"))["replayed"] is True
+    assert effect.lines == ["a", "b"]

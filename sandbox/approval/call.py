@@ -9,48 +9,18 @@ request this runner has just parked: what the gate reads of it, without building
 from __future__ import annotations
 
 import json
-import os
-import threading
 import time
 from datetime import datetime
 from typing import Any
 
 from ..tools.base import BaseTool
 from .models import ConfirmationRequest
-from .store.records import built_request, dt
+from .store.records import built_request, dt, new_id
 
 
-class _CallIds:
-    """Call ids for calls made without one: 96 random bits each, as ``new_id`` draws them,
-    taken from a buffer of ``os.urandom`` output filled a few hundred ids at a time
-    (one system call per id costs more than the rest of the id). Unpredictable, so
-    that nobody who has seen one id can claim the next one first; the buffer is
-    dropped in a forked child, which would otherwise repeat its parent's ids."""
-
-    _BATCH = 256
-    _SIZE = 12
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.reset()
-
-    def reset(self) -> None:
-        self._buffer = b""
-        self._at = 0
-
-    def next(self) -> str:
-        with self._lock:
-            if self._at >= len(self._buffer):
-                self._buffer = os.urandom(self._SIZE * self._BATCH)
-                self._at = 0
-            chunk = self._buffer[self._at:self._at + self._SIZE]
-            self._at += self._SIZE
-        return f"call_{chunk.hex()}"
-
-
-_CALL_IDS = _CallIds()
-os.register_at_fork(after_in_child=_CALL_IDS.reset)
-new_call_id = _CALL_IDS.next
+def new_call_id() -> str:
+    """A call id for a call made without one: 96 random bits (`store.records.new_id`)."""
+    return new_id("call")
 
 
 class Call:

@@ -7,6 +7,8 @@ import json
 import time
 from collections.abc import Sequence
 from datetime import datetime
+from json.encoder import c_make_encoder as _c_make_encoder  # type: ignore[attr-defined]
+from json.encoder import encode_basestring as _encode_basestring
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -27,11 +29,21 @@ RuleKind = Literal["command", "args", "tool"]
 _CANONICAL = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
+# The C encoder `_CANONICAL.encode` makes on every call, made once: the same code and
+# output, without the circular-reference bookkeeping (a cycle ends in RecursionError,
+# and `_CANONICAL` then names it).
+_C_CANONICAL = None if _c_make_encoder is None else _c_make_encoder(
+    None, _CANONICAL.default, _encode_basestring, None, ":", ",", True, False, False)
 
 
 def canonical_json(value: Any) -> str:
     """The one serialisation of arguments that digests, grants and the store agree on."""
     try:
+        if _C_CANONICAL is not None:
+            try:
+                return "".join(_C_CANONICAL(value, 0))
+            except RecursionError:
+                pass
         return _CANONICAL.encode(value)
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(

@@ -8,6 +8,12 @@ from a queue and hands each result back with ``call_soon_threadsafe`` (about a t
 the cost of a general ``anyio.to_thread`` hop; the store's connection stays on one
 thread); under any other anyio backend, ``anyio.to_thread``.
 
+A SQLite file's step may still run inline (`Transitions` asks the store's ``run_now``
+first): when no other thread uses the connection and the write lock is free, it is taken
+with a busy timeout of 0, nothing in the step can wait after that, and the commit leaves
+the log's checkpoint to the worker thread. With an audit sink configured (which may wait
+on a file lock) every step goes to the worker.
+
 The step runs in a copy of the caller's context variables. Either way a step that has
 started is waited for: a cancellation is delivered after it,
 never in the middle (a claimed grant whose claim the caller never saw would leave the

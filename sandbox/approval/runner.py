@@ -38,7 +38,7 @@ from .consult import Failure, consult
 from .execute import AskedInside, Execution
 from .grants import AskAgain, Ended, Grants, Next
 from .models import ConfirmationRequest, Decision, canonical_json, digest_of
-from .plan import plan
+from .plan import Plan, plan
 from .providers import ConfirmationProvider, fixed_answer, parse_answer
 from .results import Awaiting, NotRun, Status
 from .rules import RuleBook
@@ -346,6 +346,25 @@ class ToolRunner:
                     time.time() + self.approval_ttl if self.approval_ttl else None,
                     gate.request_details(call.tool, call.args, subjects), edited_from,
                     subjects, self.rule_session)
+        fixed = None if self.provider is None else fixed_answer(self.provider)
+        if opening and fixed is not None:
+            # AutoApprove: the answer is known before the request is parked, so the call
+            # is opened, parked and decided in one store step (a remembered rule that
+            # approves it still answers first, as below).
+            try:
+                decided = await t.open_park_decide(
+                    call, park, lambda rules: gate.rules_answer(rules) or fixed,
+                    self._plan)
+            except ConfirmationStateError as exc:
+                return await t.end(call, "error", NotRun(Status.ERROR, str(exc)).to_dict(),
+                                   "tool.failed")
+            if isinstance(decided, CallRecord):
+                return await self._execution.replay(decided, call)
+            asked, given, made, refusal = decided
+            if refusal is not None:
+                return refusal.to_dict()
+            return await self._next(
+                await self._grants.decided(call, asked, given, made, ctx), ctx, round_)
         try:
             if not opening:
                 req, rules = await t.park(call, park)
@@ -362,7 +381,7 @@ class ToolRunner:
             if self.provider is None:
                 return Awaiting(req.id, req.call_id, req.tool, req.hint).to_dict()
             # AutoApprove: known without building or sending the request.
-            answer = fixed_answer(self.provider) or await consult(self.provider, req.public())
+            answer = fixed or await consult(self.provider, req.public())
         if isinstance(answer, Failure) and answer.kind == "pending":
             if not expired(req):
                 await t.still_pending(call, req, self.provider)
@@ -370,6 +389,9 @@ class ToolRunner:
                                 answer.message).to_dict()
             answer = Failure("timeout", f"{answer.cause}, and the request expired")
         return await self._settle(call, req, answer, ctx, round_)
+
+    def _plan(self, answer: Decision) -> Plan:
+        return plan(answer, self._grants.channel)
 
     async def _settle(self, call: Call, req: Request, answer: Decision | Failure,
                       ctx: ToolContext, round_: int | None) -> dict[str, Any]:

@@ -76,9 +76,42 @@ class Transitions:
         self.audit = audit
         self.rules = rules
         self.step = StoreSteps(store)
+        self._batches = bool(getattr(store, "batches", False))
+        # A SQLite file runs a step right here when that cannot wait (`run_now`).
+        self._now: Callable[[Callable[[], Any]], tuple[bool, Any]] | None = (
+            getattr(store, "run_now", None) if self.step.blocking else None)
 
     async def _in_step(self, body: Callable[[], T]) -> T:
         return body() if not self.step.blocking else await self.step(body)
+
+    async def _atomic(self, body: Callable[[], T]) -> T:
+        """One step of several store operations, in one transaction where the store
+        batches them: inline for a store that never waits, or one that can run it now
+        without waiting (and no audit sink, which may wait on a file lock), else on the
+        store's worker thread."""
+        if not self.step.blocking:
+            if not self._batches:
+                return body()
+            with self.store.batch():
+                return body()
+        if self._now is not None and not self.audit.enabled:
+            done, result = self._now(body)
+            if done:
+                return result  # type: ignore[no-any-return]
+        return await self.step(self._batched(body))
+
+    def _batched(self, body: Callable[[], T]) -> Callable[[], T]:
+        """``body`` (several store operations) in one transaction, where the store's
+        commits cost more than its statements (`ApprovalStore.batch`)."""
+        if not self._batches:
+            return body
+        batch = self.store.batch
+
+        def batched() -> T:
+            with batch():
+                return body()
+
+        return batched
 
     # -- calls -------------------------------------------------------------------------
 
@@ -95,7 +128,8 @@ class Transitions:
                 return rec
             return self._start(call)
 
-        return step() if not self.step.blocking else await self.step(step)
+        return step() if not self.step.blocking and not self._batches else (
+            await self._atomic(step))
 
     async def open_and_end(self, call: Call, state: str, result: dict[str, Any],
                            event: str) -> CallRecord | dict[str, Any]:
@@ -106,7 +140,7 @@ class Transitions:
                 return rec
             return self._end(call, state, result, event)
 
-        return await self._in_step(step)
+        return await self._atomic(step)
 
     async def open_and_park(self, call: Call, park: Park,
                             ) -> CallRecord | tuple[Asked, list[Rule] | None]:
@@ -118,7 +152,33 @@ class Transitions:
                 return rec
             return self._park(call, park)
 
-        return step() if not self.step.blocking else await self.step(step)
+        return step() if not self.step.blocking and not self._batches else (
+            await self._atomic(step))
+
+    async def open_park_decide(
+        self, call: Call, park: Park, answer_for: Callable[[list[Rule] | None], Decision],
+        plan_for: Callable[[Decision], Plan],
+    ) -> CallRecord | tuple[Asked, Decision, Plan, NotRun | None]:
+        """Open a call whose answer is known without asking (a fixed answer, or the
+        remembered rules that approve it: ``answer_for(rules)``), park its request and
+        record that answer's decision, claiming the grant with it: one store step, with
+        the same records and events as parking and deciding one after the other."""
+        def step() -> CallRecord | tuple[Asked, Decision, Plan, NotRun | None]:
+            rec = self._open(call)
+            if rec is not None:
+                return rec
+            asked, rules = self._park(call, park)
+            answer = answer_for(rules)
+            decided = plan_for(answer)
+            try:
+                self._record(asked, decided)
+            except ConfirmationStateError as exc:
+                return asked, answer, decided, self._refusal(call, asked, decided, exc)
+            self._recorded(call, asked, decided)
+            return asked, answer, decided, None
+
+        return step() if not self.step.blocking and not self._batches else (
+            await self._atomic(step))
 
     async def refused(self, name: str, call_id: str, reason: str,
                       digest: str | None = None, **fields: Any) -> None:
@@ -133,7 +193,7 @@ class Transitions:
     async def end(self, call: Call, state: str, result: dict[str, Any], event: str,
                   ) -> dict[str, Any]:
         """End a call that did not run (blocked, failed, rejected, error) with ``result``."""
-        return await self._in_step(lambda: self._end(call, state, result, event))
+        return await self._atomic(lambda: self._end(call, state, result, event))
 
     def _end(self, call: Call, state: str, result: dict[str, Any],
              event: str) -> dict[str, Any]:
@@ -144,7 +204,7 @@ class Transitions:
 
     async def start(self, call: Call) -> NotRun | None:
         """Claim the call's grant: None when claimed."""
-        return await self._in_step(lambda: self._start(call))
+        return await self._atomic(lambda: self._start(call))
 
     def _start(self, call: Call) -> NotRun | None:
         if self.store.start(call.call_id, call.digest):
@@ -169,10 +229,10 @@ class Transitions:
                 self.audit.emit("tool.finished", tool=call.name, call_id=call.call_id,
                                 digest=call.digest, error=result.get("error"))
 
-        if not self.step.blocking:
+        if not self.step.blocking and not self._batches:
             step()
         else:
-            await self.step(step)
+            await self._atomic(step)
 
     async def in_doubt(self, call: Call, reason: str) -> None:
         """The run was interrupted: its effects are unknown; it is never run again."""
@@ -199,7 +259,7 @@ class Transitions:
     async def park(self, call: Call, park: Park) -> tuple[Asked, list[Rule] | None]:
         """Park a request for a call in progress, and find the rules that approve it:
         one store step."""
-        return await self._in_step(lambda: self._park(call, park))
+        return await self._atomic(lambda: self._park(call, park))
 
     def _park(self, call: Call, park: Park) -> tuple[Asked, list[Rule] | None]:
         rid, created = self.store.park(
@@ -229,7 +289,8 @@ class Transitions:
             self._recorded(call, req, plan)
             return None
 
-        return step() if not self.step.blocking else await self.step(step)
+        return step() if not self.step.blocking and not self._batches else (
+            await self._atomic(step))
 
     async def read_and_decide(self, confirmation_id: str, *, with_answer: bool,
                               judge: Callable[[ConfirmationRequest, dict[str, Any] | None],
@@ -253,7 +314,8 @@ class Transitions:
                     self._recorded(judged.call, req, judged.plan)
             return judged
 
-        return step() if not self.step.blocking else await self.step(step)
+        return step() if not self.step.blocking and not self._batches else (
+            await self._atomic(step))
 
     def _record(self, req: Request, plan: Plan) -> None:
         """Record ``plan`` as the request's one decision (raises if it has one already,
@@ -341,7 +403,7 @@ class Transitions:
                                 decided_by=answer.decided_by, channel=answer.channel)
             return made
 
-        return await self._in_step(step)
+        return await self._atomic(step)
 
     # -- reading -----------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ written once here, in terms of the Protocol's operations only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any
@@ -33,6 +34,15 @@ class ApprovalStore(StoreProtocol):
     @property
     def blocking(self) -> bool:
         return self.path is not None
+
+    #: Whether `batch` does anything (a backend whose commits cost more than its
+    #: statements groups a step's operations in one transaction).
+    batches = False
+
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """One transaction for the several operations of one gate step, where the
+        backend has one; each operation stays atomic by itself inside it."""
+        return contextlib.nullcontext()
 
     def __enter__(self) -> ApprovalStore:
         return self

@@ -174,6 +174,8 @@ class PostgresApprovalStore(SQLApprovalStore):
     """The approval store in a PostgreSQL database (``postgresql://`` URL)."""
 
     _SQL_NOW = "extract(epoch from clock_timestamp())::float8"
+    # A decision notifies its waiters in the statement that records it.
+    _RETURNING_NOTIFY = ", pg_notify(?, id)"
 
     def __init__(
         self,
@@ -243,6 +245,7 @@ class PostgresApprovalStore(SQLApprovalStore):
         digest = hashlib.sha256(self.schema.encode()).digest()
         self._key = int.from_bytes(digest[:4], "big", signed=True)
         self._channel = f"sandbox_answers_{digest[:8].hex()}"
+        self._answer_channel = self._channel
         try:
             self._migrate()
         except BaseException:
@@ -386,15 +389,17 @@ class PostgresApprovalStore(SQLApprovalStore):
             for attempt in (1, 2):  # nothing ran yet: a lost connection is tried again
                 conn = self._live()
                 try:
-                    conn.execute("BEGIN")
-                    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (lock, self._key))
+                    # One round trip: without parameters psycopg sends the simple query
+                    # protocol, which takes both statements (the keys are our own ints).
+                    conn.execute(f"BEGIN; SELECT pg_advisory_xact_lock({int(lock)}, "
+                                 f"{int(self._key)})")
                     break
                 except self._pg.errors.LockNotAvailable as exc:
                     with contextlib.suppress(self._pg.Error):
                         conn.execute("ROLLBACK")
                     raise self._busy(exc) from None
                 except self._pg.OperationalError as exc:
-                    self._drop()
+                    self._drop()  # (a transaction the server saw begin ends with it)
                     if attempt == 2:
                         raise self._lost(exc, "before a transaction began; nothing was "
                                          "written") from None

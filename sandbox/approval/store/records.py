@@ -8,9 +8,12 @@ import json
 import os
 import secrets
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from json.encoder import c_make_encoder as _c_make_encoder  # type: ignore[attr-defined]
+from json.encoder import encode_basestring as _encode_basestring
 from typing import Any
 
 import psutil  # type: ignore[import-untyped, unused-ignore]
@@ -67,11 +70,17 @@ class Owner:
 
     @classmethod
     def token(cls) -> str:
+        token = cls._token
+        if token:  # dropped in a forked child (below), so never the parent's
+            return token
         pid = os.getpid()
-        if pid != cls._pid:  # recomputed after fork
-            start = psutil.Process(pid).create_time()
-            cls._pid, cls._token = pid, f"{host_id()}:{pid}:{start:.3f}"
+        start = psutil.Process(pid).create_time()
+        cls._pid, cls._token = pid, f"{host_id()}:{pid}:{start:.3f}"
         return cls._token
+
+    @classmethod
+    def _forget(cls) -> None:
+        cls._pid, cls._token = -1, ""
 
     @staticmethod
     def alive(token: str | None) -> bool | None:
@@ -97,8 +106,41 @@ class Owner:
             return None
 
 
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(12)}"
+os.register_at_fork(after_in_child=Owner._forget)
+
+
+class _Ids:
+    """Ids of 96 random bits each (as ``secrets.token_hex(12)`` draws them), taken from
+    a buffer of ``os.urandom`` output filled a few hundred ids at a time: one system
+    call per id costs more than the rest of the id. Unpredictable, so that nobody who
+    has seen one id can guess the next; the buffer is dropped in a forked child, which
+    would otherwise repeat its parent's ids."""
+
+    _BATCH = 256
+    _SIZE = 12
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        self._buffer = b""
+        self._at = 0
+
+    def next(self, prefix: str) -> str:
+        with self._lock:
+            at = self._at
+            if at >= len(self._buffer):
+                self._buffer = secrets.token_bytes(self._SIZE * self._BATCH)
+                at = 0
+            self._at = at + self._SIZE
+            chunk = self._buffer[at:at + self._SIZE]
+        return f"{prefix}_{chunk.hex()}"
+
+
+_IDS = _Ids()
+os.register_at_fork(after_in_child=_IDS.reset)
+new_id = _IDS.next
 
 
 
@@ -166,8 +208,19 @@ def request_from_row(row: tuple[Any, ...]) -> ConfirmationRequest:
 DUMP_ENCODER = json.JSONEncoder(ensure_ascii=False, default=repr)  # = json.dumps(v, these options)
 
 
+# The C encoder `DUMP_ENCODER.encode` makes on every call, made once (no circular
+# reference bookkeeping: a cycle ends in RecursionError, and `DUMP_ENCODER` then names it).
+_C_DUMP = None if _c_make_encoder is None else _c_make_encoder(
+    None, repr, _encode_basestring, None, ": ", ", ", False, False, True)
+
+
 def dump(value: Any) -> str | None:
     if value is None:
         return None
+    if _C_DUMP is not None and type(value) is not str:
+        try:
+            return "".join(_C_DUMP(value, 0))
+        except RecursionError:
+            pass
     return DUMP_ENCODER.encode(value)
 

@@ -145,6 +145,12 @@ class SQLApprovalStore(ApprovalStore):
     def _clock(self) -> float:
         return clock()
 
+    #: A column for a decision's ``UPDATE ... RETURNING`` that sends the answer
+    #: notification in that same statement (one parameter: `_answer_channel`); empty
+    #: when the dialect has none (then `_notify_answer` runs, if it does anything).
+    _RETURNING_NOTIFY: ClassVar[str] = ""
+    _answer_channel = ""
+
     def _notify_answer(self, request_id: str) -> None:
         """Called inside the transaction that records an answer or a decision."""
 
@@ -471,27 +477,45 @@ class SQLApprovalStore(ApprovalStore):
         decision_text = decision if isinstance(decision, str) else dump(decision)
         result_text = dump(call_result)
         with self._tx():
-            if outcome in HUMAN_OUTCOMES:
-                # A human's answer recorded first by another channel wins over this one.
-                row = self._x(
-                    "SELECT a.decision, a.decided_by, a.channel FROM answers a JOIN requests "
-                    "r ON r.id = a.request_id WHERE a.request_id=? AND r.status='pending'",
-                    (request_id,)).fetchone()
-                if row is not None:
-                    check_waiting_answer(request_id, outcome, row[0], row[1] or row[2])
-            # The common case in one guarded statement: a pending, unexpired request.
+            human = outcome in HUMAN_OUTCOMES
             values = (status, now, outcome, reason, decided_by, channel, decision_text,
                       request_id)
             hit: tuple[str, str] | None = None
+            notified = False
             if self._returning:
-                rows = self._x(
-                    "UPDATE requests SET status=?, decided=?, outcome=?, reason=?, "
-                    "decided_by=?, channel=?, decision=? WHERE id=? AND status='pending' "
-                    "AND (expires IS NULL OR ? <= expires) RETURNING call_id, digest",
-                    (*values, now),
-                ).fetchall()
-                hit = rows[0] if rows else None
+                # The common case in one guarded statement: a pending, unexpired request
+                # with no answer waiting from another channel (which would have to agree).
+                update = ("UPDATE requests SET status=?, decided=?, outcome=?, reason=?, "
+                          "decided_by=?, channel=?, decision=? WHERE id=? AND status='pending' "
+                          "AND (expires IS NULL OR ? <= expires)")
+                waiting = " AND NOT EXISTS (SELECT 1 FROM answers WHERE request_id=?)"
+                returning = " RETURNING call_id, digest" + self._RETURNING_NOTIFY
+                notify = (self._answer_channel,) if self._RETURNING_NOTIFY else ()
+                rows = self._x(update + (waiting if human else "") + returning,
+                               (*values, now, *((request_id,) if human else ()), *notify)
+                               ).fetchall()
+                if not rows and human:
+                    # A human's answer recorded first by another channel wins over this one.
+                    row = self._x(
+                        "SELECT a.decision, a.decided_by, a.channel FROM answers a JOIN "
+                        "requests r ON r.id = a.request_id WHERE a.request_id=? AND "
+                        "r.status='pending'", (request_id,)).fetchone()
+                    if row is not None:
+                        check_waiting_answer(request_id, outcome or "", row[0],
+                                             row[1] or row[2])
+                        rows = self._x(update + returning, (*values, now, *notify)).fetchall()
+                hit = (rows[0][0], rows[0][1]) if rows else None
+                notified = bool(rows and notify)
             else:
+                if human:
+                    # A human's answer recorded first by another channel wins over this one.
+                    row = self._x(
+                        "SELECT a.decision, a.decided_by, a.channel FROM answers a JOIN "
+                        "requests r ON r.id = a.request_id WHERE a.request_id=? AND "
+                        "r.status='pending'", (request_id,)).fetchone()
+                    if row is not None:
+                        check_waiting_answer(request_id, outcome or "", row[0],
+                                             row[1] or row[2])
                 row = self._x(
                     "SELECT status, expires, call_id, digest FROM requests WHERE id=?",
                     (request_id,),
@@ -507,7 +531,8 @@ class SQLApprovalStore(ApprovalStore):
             if hit is not None:
                 call_id, digest = hit
                 self._decide_call(request_id, call_id, digest, now, owner, status=status,
-                                  by=decided_by or channel, call_result=result_text)
+                                  by=decided_by or channel, call_result=result_text,
+                                  notified=notified)
                 if start and status == "approved" and not self._claim(call_id, digest, owner,
                                                                        now):
                     # Raised inside the transaction: the decision is rolled back too.
@@ -553,9 +578,11 @@ class SQLApprovalStore(ApprovalStore):
 
     def _decide_call(self, request_id: str, call_id: str, digest: str, now: float,
                      owner: str, *, status: str, by: str | None,
-                     call_result: str | None) -> None:
-        """Move the call waiting on a just-decided request (approving grants `digest`)."""
-        self._notify_answer(request_id)
+                     call_result: str | None, notified: bool = False) -> None:
+        """Move the call waiting on a just-decided request (approving grants `digest`).
+        ``notified``: the statement that decided it also sent the answer notification."""
+        if not notified:
+            self._notify_answer(request_id)
         if status == "approved":
             call_state, grant = "approved", digest
         elif status == "edited":

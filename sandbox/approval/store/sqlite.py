@@ -27,9 +27,9 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ...errors import StoreError
 from .base import MAX_PENDING_PER_SESSION
@@ -42,6 +42,14 @@ SCHEMA_VERSION = "3"
 #: UPDATE ... RETURNING (SQLite 3.35+) lets a decision read what it needs in the
 #: statement that makes it; older libraries read it first, in the same transaction.
 _HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
+
+#: Pages in the write-ahead log before it is copied back into the file (a checkpoint).
+_AUTOCHECKPOINT = 10_000
+#: Of the steps `run_now` could run, every this many-th goes to the worker thread
+#: instead: its commit runs the checkpoint when the log has grown past _AUTOCHECKPOINT.
+_NOW_PER_CHECKPOINT_CHANCE = 512
+
+T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -179,6 +187,9 @@ class SQLiteApprovalStore(SQLApprovalStore):
         self._shared = self.path is not None  # ":memory:" is this process's alone
         self._opened = 0
         self._lock = threading.RLock()
+        self._depth = 0  # open transactions and batches (savepoints inside the first)
+        self._busy_ms = int(busy_timeout * 1000)
+        self._now_count = 0
         target = ":memory:" if self.path is None else str(self.path)
         if self.path is not None:
             if not self.path.parent.exists():
@@ -215,7 +226,7 @@ class SQLiteApprovalStore(SQLApprovalStore):
                 # than halves a round trip's cost. The log is cut back to 64 MB after a
                 # checkpoint. A power cut may lose the commits since the last checkpoint
                 # (NORMAL's trade, above): now up to 10,000 pages of them, not 1,000.
-                self._db.execute("PRAGMA wal_autocheckpoint = 10000")
+                self._db.execute(f"PRAGMA wal_autocheckpoint = {_AUTOCHECKPOINT}")
                 self._db.execute(f"PRAGMA journal_size_limit = {64 << 20}")
             self._db.executescript(_SCHEMA)
             with self._tx():  # one process sets up (or migrates) the file at a time
@@ -256,6 +267,58 @@ class SQLiteApprovalStore(SQLApprovalStore):
     def _tx(self) -> _Transaction:
         return _Transaction(self)
 
+    #: `batch` groups operations (a SQLite commit costs more than a statement).
+    batches = True
+
+    def batch(self) -> _Batch:
+        """One transaction (one commit) for the several operations of one gate step;
+        see `_Batch`."""
+        return _Batch(self)
+
+    def run_now(self, body: Callable[[], T]) -> tuple[bool, T | None]:
+        """Run ``body`` (a gate step: a few statements) as one batch right here, if that
+        cannot wait: ``(True, its result)``; ``(False, None)``, with nothing done, when
+        it could (the caller then runs it on the store's worker thread).
+
+        It cannot wait when no other thread is using the connection and SQLite's write
+        lock is free: ``BEGIN IMMEDIATE`` is tried with a busy timeout of 0, and once it
+        holds the lock nothing in the transaction waits (WAL: readers never block the
+        writer). Its commit does not run the log's checkpoint (which copies pages back
+        and may take milliseconds): every `_NOW_PER_CHECKPOINT_CHANCE`-th step goes
+        through the worker thread, whose commits do. ``body``'s exceptions are raised
+        after what it recorded is committed, as in `batch`.
+        """
+        if self.path is None or not self._lock.acquire(blocking=False):
+            return False, None
+        db = self._db
+        try:
+            if self._depth or db.in_transaction:
+                return False, None
+            self._now_count += 1
+            if self._now_count % _NOW_PER_CHECKPOINT_CHANCE == 0:
+                return False, None
+            db.execute("PRAGMA wal_autocheckpoint = 0")
+            try:
+                db.execute("PRAGMA busy_timeout = 0")
+                try:
+                    db.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError:  # another process is writing
+                    return False, None
+                finally:
+                    db.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+                self._depth = 1
+                try:
+                    result = body()
+                finally:
+                    self._depth = 0
+                    if db.in_transaction:
+                        db.execute("COMMIT")
+                return True, result
+            finally:
+                db.execute(f"PRAGMA wal_autocheckpoint = {_AUTOCHECKPOINT}")
+        finally:
+            self._lock.release()
+
     def _x(self, sql: str, params: Sequence[Any] = (), *,
            retry: bool = False) -> sqlite3.Cursor:
         return self._db.execute(sql, params)
@@ -274,26 +337,82 @@ _lease = lease_seconds
 
 
 class _Transaction:
-    """`BEGIN IMMEDIATE` ... `COMMIT` under the store's thread lock.
+    """`BEGIN IMMEDIATE` ... `COMMIT` under the store's thread lock; inside a `batch`
+    (or another transaction) a ``SAVEPOINT``, rolled back alone if its block raises.
 
     IMMEDIATE takes SQLite's write lock up front, so a read-then-write sequence cannot
     interleave with another process's; the thread lock does the same for threads that
     share this connection.
     """
 
+    __slots__ = ("_store",)
+
     def __init__(self, store: SQLiteApprovalStore) -> None:
         self._store = store
 
     def __enter__(self) -> None:
-        self._store._lock.acquire()
+        store = self._store
+        store._lock.acquire()
         try:
-            self._store._db.execute("BEGIN IMMEDIATE")
+            if store._depth:
+                store._db.execute(f"SAVEPOINT tx{store._depth}")
+            else:
+                store._db.execute("BEGIN IMMEDIATE")
         except BaseException:
-            self._store._lock.release()
+            store._lock.release()
             raise
+        store._depth += 1
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        store = self._store
+        store._depth -= 1
+        db = store._db
         try:
-            self._store._db.execute("ROLLBACK" if exc_type else "COMMIT")
+            if store._depth:
+                name = f"tx{store._depth}"
+                if exc_type and db.in_transaction:
+                    db.execute(f"ROLLBACK TO {name}")
+                if db.in_transaction:
+                    db.execute(f"RELEASE {name}")
+            elif db.in_transaction:  # an I/O error may have rolled it back already
+                db.execute("ROLLBACK" if exc_type else "COMMIT")
         finally:
-            self._store._lock.release()
+            store._lock.release()
+
+
+class _Batch:
+    """One transaction for all the operations of one gate step (`SQLiteApprovalStore.batch`).
+
+    Each operation inside keeps its own atomicity: its transaction becomes a savepoint
+    (rolled back alone when it raises), a lone statement stays one statement. At the end
+    the batch commits what the operations committed, also when the step raised: exactly
+    what running them one by one would have left, in one commit instead of one each (a
+    crash in between now loses the whole step, never half of it).
+    """
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: SQLiteApprovalStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> None:
+        store = self._store
+        store._lock.acquire()
+        if store._depth:  # inside a batch or a transaction already: part of it
+            store._depth += 1
+            return
+        try:
+            store._db.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            store._lock.release()
+            raise
+        store._depth = 1
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        store = self._store
+        store._depth -= 1
+        try:
+            if store._depth == 0 and store._db.in_transaction:
+                store._db.execute("COMMIT")
+        finally:
+            store._lock.release()
