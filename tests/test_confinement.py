@@ -847,6 +847,13 @@ async def test_setuid_bits_fanotify_vsock_and_leases_are_refused(workspace: Path
         "fd = os.open('plain', os.O_RDONLY)\n"
         "try: fcntl.fcntl(fd, 1024, 0); print('lease ok')\n"  # F_SETLEASE, F_RDLCK
         "except OSError as e: print('lease', e.errno)\n"
+        "import stat\n"
+        "try: os.mknod('node', stat.S_IFREG | 0o2745); print('mknod-sgid ok')\n"
+        "except OSError as e: print('mknod-sgid', e.errno)\n"
+        "os.mknod('node2', stat.S_IFREG | 0o644); print('mknod-plain ok')\n"
+        "d = os.open('.', os.O_RDONLY)\n"
+        "try: fcntl.fcntl(d, 1026, 0x80000001); print('dnotify ok')\n"  # F_NOTIFY
+        "except OSError as e: print('dnotify', e.errno)\n"
     )
     (workspace / "probe.py").write_text(probe)
     result = await run(workspace, "python3 probe.py", "root")
@@ -854,6 +861,7 @@ async def test_setuid_bits_fanotify_vsock_and_leases_are_refused(workspace: Path
     assert "chmod 0o4755 1" in out and "chmod 0o2755 1" in out, result
     assert "open-suid 1" in out and "open-plain ok" in out, result
     assert "fanotify -1 1" in out and "vsock 1" in out and "lease 1" in out, result
+    assert "mknod-sgid 1" in out and "mknod-plain ok" in out and "dnotify 1" in out, result
     assert not (workspace / "suid").stat().st_mode & 0o6000
     assert not (workspace / "made").exists() or not (workspace / "made").stat().st_mode & 0o6000
 

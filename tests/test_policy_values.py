@@ -192,6 +192,9 @@ def test_python_dev_asks_before_linters_that_can_change_files() -> None:
         (PYTHON_DEV, "pytest -q --junitxml=keep.py"),
         (PYTHON_DEV, "pytest --log-file=conftest.py"),
         (PYTHON_DEV, "pytest -c evil.ini"),
+        (PYTHON_DEV, "pytest -q @/dev/stdin <<< $'-olog_file=test_zz.py'"),
+        (PYTHON_DEV, "pytest @args.txt"),
+        (PYTHON_DEV, "pytest --cov-report=xml:F"),
         # git config reads options only up to its first operand: this sets core.fsmonitor
         (BashToolPolicy(allowed_command_prefixes=("git",)),
          'git config core.fsmonitor "touch x" --get; git status --short'),

@@ -891,11 +891,13 @@ _NETLINK_KOBJECT_UEVENT = 15  # the host's device events
 # Calls that can give a file the setuid or setgid bit, by the argument index of the mode.
 # A file made setuid in the workspace (or /dev/shm) stays setuid on the host, where
 # nosuid does not apply and any local user could run it.
-_SYS_MODE_ARG = {90: 1, 91: 1, 85: 1, 2: 2, 268: 2, 452: 2, 257: 3}  # chmod, fchmod, creat,
-#                                           open, fchmodat, fchmodat2, openat
+_SYS_MODE_ARG = {90: 1, 91: 1, 85: 1, 2: 2, 268: 2, 452: 2, 257: 3, 133: 1, 259: 2}
+# chmod, fchmod, creat, open, fchmodat, fchmodat2, openat, mknod, mknodat (a regular
+# file made by mknod S_IFREG|02745 kept setgid through a write and an ACL)
 _S_ISUID_ISGID = 0o6000
 _SYS_OPENAT2 = 437  # its mode sits in a struct a filter cannot read: ENOSYS, libc falls back
 _SYS_FCNTL, _F_SETLEASE = 72, 1024  # a lease on a host file stalls the host's writers
+_F_NOTIFY = 1026  # dnotify: inotify's older form
 _SOCK_TYPE_MASK, _SOCK_STREAM = 0xF, 1
 _AF_UNIX = 1
 _AF_NETLINK = 16
@@ -957,6 +959,7 @@ def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
     labels["fcntl"] = len(prog)
     prog += [
         (_BPF_LD_W_ABS, 0, 0, 24),  # args[1]: the command
+        (_BPF_JEQ, "deny", 0, _F_NOTIFY),
         (_BPF_JEQ, "deny", "allow", _F_SETLEASE),
     ]
     for arg in sorted(set(_SYS_MODE_ARG.values())):

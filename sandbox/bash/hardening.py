@@ -894,6 +894,18 @@ DEFAULT_HARDENING: tuple[HardeningRule, ...] = (
         "writes a file the command names (-o log_file=conftest.py with log_file_format "
         "writes code the next pytest runs); set these in the project's own config",
     ),
+    *_rows(
+        "pytest",
+        ("--benchmark-json", "--benchmark-save", "--benchmark-autosave", "--cov-report",
+         "--html", "--report-log", "--json-report-file", "--alluredir"),
+        "a plugin option that writes a file the command names",
+    ),
+    HardeningRule(
+        program="pytest",
+        pattern=r"^@",
+        why="'@FILE' reads more arguments from FILE (pytest 8.2+), which the policy cannot "
+        "see: '@/dev/stdin <<< -olog_file=…' passed options it refuses",
+    ),
     # find and fd
     *_rows(
         "find",
