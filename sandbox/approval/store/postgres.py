@@ -45,9 +45,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ...errors import StoreError
+from ...errors import ConfirmationStateError, StoreError
+from ..models import Rule, canonical_json
 from .base import MAX_PENDING_PER_SESSION
+from .records import HUMAN_OUTCOMES, Owner, dump, new_id
 from .sql import RULE_COLUMNS, SQLApprovalStore, lease_seconds
+from .states import PARKABLE
 
 _log = logging.getLogger(__name__)
 
@@ -110,12 +113,110 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TRIGGER calls_journal_state AFTER UPDATE OF state ON calls "
         "FOR EACH ROW EXECUTE FUNCTION calls_journal()",
     ),
+    (  # 2: parking and deciding as server-side functions: one round trip each
+        # sandbox_park: `SQLApprovalStore.park`'s transaction (advisory lock, the bounds,
+        # the guarded update, the request) in one statement. code 0: parked (has_rules:
+        # whether any rule of this tool is active); 1: max_pending reached (n: pending);
+        # 2: the call is not in progress here; 3: the session's cap reached (n: its
+        # pending). Nothing is written unless code is 0.
+        """CREATE FUNCTION sandbox_park(
+            p_lock INTEGER, p_key INTEGER, p_parkable TEXT[], p_max BIGINT,
+            p_max_session BIGINT, p_owner TEXT, p_rid TEXT, p_call TEXT, p_tool TEXT,
+            p_args TEXT, p_digest TEXT, p_hint TEXT, p_payload TEXT, p_kind TEXT,
+            p_details TEXT, p_now DOUBLE PRECISION, p_expires DOUBLE PRECISION,
+            p_edited_from TEXT, p_session TEXT,
+            OUT code INTEGER, OUT n BIGINT, OUT has_rules BOOLEAN)
+            LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+            DECLARE
+                total BIGINT;
+                mine BIGINT := 0;
+            BEGIN
+                PERFORM pg_advisory_xact_lock(p_lock, p_key);
+                SELECT COUNT(*) INTO total FROM requests WHERE status = 'pending';
+                IF total >= p_max THEN
+                    code := 1; n := total; RETURN;
+                END IF;
+                IF p_session IS NOT NULL AND p_max_session IS NOT NULL THEN
+                    SELECT COUNT(*) INTO mine FROM requests
+                        WHERE status = 'pending' AND session_id = p_session;
+                END IF;
+                IF p_max_session IS NOT NULL AND mine >= p_max_session THEN
+                    PERFORM 1 FROM calls WHERE call_id = p_call
+                        AND state = ANY(p_parkable) AND owner = p_owner;
+                    code := CASE WHEN FOUND THEN 3 ELSE 2 END; n := mine; RETURN;
+                END IF;
+                UPDATE calls SET state = 'awaiting', request_id = p_rid, owner = p_owner,
+                    updated = p_now, note = p_rid
+                    WHERE call_id = p_call AND state = ANY(p_parkable) AND owner = p_owner;
+                IF NOT FOUND THEN
+                    code := 2; n := total; RETURN;
+                END IF;
+                INSERT INTO requests(id, call_id, tool, args, digest, hint, payload, kind,
+                    details, status, created, expires, edited_from, session_id)
+                    VALUES (p_rid, p_call, p_tool, p_args, p_digest, p_hint, p_payload,
+                            p_kind, p_details, 'pending', p_now, p_expires, p_edited_from,
+                            p_session);
+                has_rules := EXISTS (SELECT 1 FROM rules WHERE tool = p_tool
+                    AND revoked IS NULL AND expires > p_now);
+                code := 0; n := total;
+            END $$""",
+        # sandbox_decide: the common case of `SQLApprovalStore.decide` in one statement
+        # (advisory lock; a pending, unexpired request with no human answer waiting when
+        # this decision is a human's; its call moved, the answer notified, the grant
+        # claimed when p_start). code 0: recorded; 1: not the common case, nothing
+        # written (the caller runs the general transaction). A claim that fails raises
+        # SQLSTATE SB001 and the whole statement, decision included, is rolled back.
+        """CREATE FUNCTION sandbox_decide(
+            p_lock INTEGER, p_key INTEGER, p_rid TEXT, p_status TEXT,
+            p_now DOUBLE PRECISION, p_outcome TEXT, p_reason TEXT, p_decided_by TEXT,
+            p_channel TEXT, p_decision TEXT, p_human BOOLEAN, p_notify TEXT,
+            p_call_state TEXT, p_grant BOOLEAN, p_owner TEXT, p_result TEXT, p_note TEXT,
+            p_start BOOLEAN,
+            OUT code INTEGER, OUT r_call TEXT, OUT r_digest TEXT)
+            LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+            BEGIN
+                PERFORM pg_advisory_xact_lock(p_lock, p_key);
+                UPDATE requests SET status = p_status, decided = p_now, outcome = p_outcome,
+                    reason = p_reason, decided_by = p_decided_by, channel = p_channel,
+                    decision = p_decision
+                    WHERE id = p_rid AND status = 'pending'
+                    AND (expires IS NULL OR p_now <= expires)
+                    AND NOT (p_human AND EXISTS (SELECT 1 FROM answers
+                                                 WHERE request_id = p_rid))
+                    RETURNING requests.call_id, requests.digest INTO r_call, r_digest;
+                IF NOT FOUND THEN
+                    code := 1; RETURN;
+                END IF;
+                PERFORM pg_notify(p_notify, p_rid);
+                UPDATE calls SET state = p_call_state,
+                    grant_digest = CASE WHEN p_grant THEN r_digest END, owner = p_owner,
+                    result = p_result, updated = p_now, note = p_note
+                    WHERE call_id = r_call AND state = 'awaiting' AND request_id = p_rid;
+                IF p_start THEN
+                    UPDATE calls SET state = 'started', owner = p_owner, grant_digest = NULL,
+                        updated = p_now, note = r_digest
+                        WHERE call_id = r_call AND ((state = 'approved' AND grant_digest = r_digest)
+                            OR (state = 'new' AND calls.digest = r_digest AND owner = p_owner));
+                    IF NOT FOUND THEN
+                        RAISE EXCEPTION 'call % of confirmation % is no longer waiting for it',
+                            r_call, p_rid
+                            USING ERRCODE = 'SB001';
+                    END IF;
+                END IF;
+                code := 0;
+            END $$""",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
 assert RULE_COLUMNS.count(",") == 17  # the rules table above has these 18 columns
 
-_READ = re.compile(r"\s*SELECT\b(?![^;]*\bpg_notify\b)", re.IGNORECASE)
+# A read may be sent again on a new connection; pg_notify and our functions write.
+_READ = re.compile(r"\s*SELECT\b(?![^;]*\b(?:pg_notify|sandbox_\w+)\s*\()", re.IGNORECASE)
+
+#: How long a park's "no rule of this tool is active" stands in for the rule lookup
+#: that follows it in the same gate step (seconds; see `PostgresApprovalStore.park`).
+_RULES_HINT_SECONDS = 0.5
 
 
 #: What the server says while it cannot take connections yet (SQLSTATE 57P03).
@@ -229,6 +330,8 @@ class PostgresApprovalStore(SQLApprovalStore):
         self._listener: threading.Thread | None = None
         self._listening = threading.Event()
         self._listen_error: str | None = None
+        # (thread, tool, monotonic deadline): a park found no active rule of this tool.
+        self._no_rules: tuple[int, str, float] | None = None
         conn = self._connect(wait_for_start=True)
         self._conn = conn
         try:
@@ -353,6 +456,7 @@ class PostgresApprovalStore(SQLApprovalStore):
             "or raise busy_timeout")
 
     def _x(self, sql: str, params: Sequence[Any] = (), *, retry: bool = False) -> Any:
+        self._no_rules = None  # any other statement in between: the hint is stale
         args = tuple(params) or None
         q = self._query(sql) if args else sql
         with self._lock:
@@ -375,6 +479,7 @@ class PostgresApprovalStore(SQLApprovalStore):
                 raise self._lost(exc, "twice while reading") from None
 
     def _xmany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._no_rules = None
         with self._lock:
             conn = self._conn if self._in_tx else self._live()
             with conn.cursor() as cur:
@@ -382,6 +487,7 @@ class PostgresApprovalStore(SQLApprovalStore):
 
     @contextlib.contextmanager
     def _tx(self, lock: int = _TX_LOCK) -> Iterator[None]:
+        self._no_rules = None
         with self._lock:
             if self._in_tx:  # nested: part of the enclosing transaction
                 yield
@@ -446,6 +552,105 @@ class PostgresApprovalStore(SQLApprovalStore):
                     self._conn.execute(statement)
                 self._x(f"INSERT INTO schema_version(version, applied) VALUES (?, "
                         f"{self._SQL_NOW})", (version,))
+
+    # -- the gate's steps, one round trip each (migration 2's functions) --------------
+
+    def park(
+        self, *, call_id: str, tool: str, args: dict[str, Any], digest: str, hint: str,
+        payload: Any, kind: str, expires_at: float | None,
+        details: dict[str, Any] | None = None, edited_from: str | None = None,
+        session_id: str | None = None, args_json: str | None = None,
+    ) -> tuple[str, float]:
+        """`SQLApprovalStore.park` as one statement: ``sandbox_park`` runs its
+        transaction on the server (the same lock, bounds, guarded update and insert).
+
+        It also reports whether any rule of ``tool`` is active; when none is, the rule
+        lookup the gate makes next on this thread (`active_rules`, within
+        `_RULES_HINT_SECONDS`, with no other statement in between) answers "none"
+        without a round trip: a rule added in that instant is as if added just after.
+        """
+        rid = new_id("cf")
+        now = self._clock()
+        owner = Owner.token()
+        self._hold(owner)
+        text = canonical_json(args) if args_json is None else args_json
+        cap = self.max_pending_per_session if session_id is not None else None
+        with self._lock:
+            code, n, has_rules = self._x(
+                "SELECT code, n, has_rules FROM sandbox_park(?::int, ?::int, ?::text[], "
+                "?::bigint, ?::bigint, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::float8, ?::float8, "
+                "?, ?)",
+                (_TX_LOCK, self._key, sorted(str(s) for s in PARKABLE), self.max_pending, cap, owner, rid,
+                 call_id, tool, text, digest, hint, dump(payload), kind,
+                 dump(details) if details else "{}", now, expires_at, edited_from,
+                 session_id)).fetchone()
+            if code == 0:
+                if not has_rules:
+                    self._no_rules = (threading.get_ident(), tool,
+                                      time.monotonic() + _RULES_HINT_SECONDS)
+                return rid, now
+        if code == 1:
+            raise ConfirmationStateError(
+                f"{n} confirmation requests are already pending (max_pending="
+                f"{self.max_pending}); answer or expire some, or raise max_pending")
+        if code == 3:
+            raise ConfirmationStateError(
+                f"session {session_id} already has {n} confirmation requests pending "
+                f"(max_pending_per_session={self.max_pending_per_session}); answer or "
+                "expire some first")
+        raise ConfirmationStateError(
+            f"call {call_id} cannot wait for confirmation: it is not in progress here")
+
+    def active_rules(self, tool: str, session_id: str | None, now: float) -> list[Rule]:
+        with self._lock:
+            hint, self._no_rules = self._no_rules, None
+            if hint is not None and hint[:2] == (threading.get_ident(), tool) and (
+                    time.monotonic() < hint[2]):
+                return []
+            return super().active_rules(tool, session_id, now)
+
+    def decide(
+        self,
+        request_id: str,
+        *,
+        status: str,
+        outcome: str | None = None,
+        reason: str | None = None,
+        decided_by: str | None = None,
+        channel: str | None = None,
+        decision: dict[str, Any] | str | None = None,
+        call_result: Any = None,
+        start: bool = False,
+    ) -> None:
+        """`SQLApprovalStore.decide`: its common case (a pending, unexpired request; for
+        a human's decision, no answer waiting from another channel) is one statement,
+        ``sandbox_decide``; anything else writes nothing there and runs the general
+        transaction."""
+        now = self._clock()
+        owner = Owner.token()
+        self._hold(owner)
+        decision_text = decision if isinstance(decision, str) else dump(decision)
+        call_state = {"approved": "approved", "edited": "editing"}.get(status, status)
+        with self._lock:
+            try:
+                (code,) = self._x(
+                    "SELECT code FROM sandbox_decide(?::int, ?::int, ?, ?, ?::float8, ?, ?, "
+                    "?, ?, ?, ?::boolean, ?, ?, ?::boolean, ?, ?, ?, ?::boolean)",
+                    (_TX_LOCK, self._key, request_id, status, now, outcome, reason,
+                     decided_by, channel, decision_text, outcome in HUMAN_OUTCOMES,
+                     self._channel, call_state, status == "approved", owner,
+                     dump(call_result), f"{request_id} by {decided_by or channel}",
+                     bool(start and status == "approved"))).fetchone()
+            except self._pg.Error as exc:
+                if getattr(exc, "sqlstate", None) != "SB001":
+                    raise
+                raise ConfirmationStateError(  # the statement, decision too, rolled back
+                    f"{exc.diag.message_primary or exc}; nothing was run") from None
+            if code == 0:
+                return
+            super().decide(request_id, status=status, outcome=outcome, reason=reason,
+                           decided_by=decided_by, channel=channel, decision=decision,
+                           call_result=call_result, start=start)
 
     def close(self) -> None:
         if self._closed:
