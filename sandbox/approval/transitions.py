@@ -80,6 +80,10 @@ class Transitions:
         # A SQLite file runs a step right here when that cannot wait (`run_now`).
         self._now: Callable[[Callable[[], Any]], tuple[bool, Any]] | None = (
             getattr(store, "run_now", None) if self.step.blocking else None)
+        # A store that opens a call and parks its request in one operation (PostgreSQL:
+        # one round trip instead of two).
+        self._open_and_park: Callable[..., CallRecord | tuple[str, float]] | None = (
+            getattr(store, "open_and_park", None))
 
     async def _in_step(self, body: Callable[[], T]) -> T:
         return body() if not self.step.blocking else await self.step(body)
@@ -147,10 +151,7 @@ class Transitions:
         """Open a call that needs a human, park its request and find the rules that
         approve it."""
         def step() -> CallRecord | tuple[Asked, list[Rule] | None]:
-            rec = self._open(call)
-            if rec is not None:
-                return rec
-            return self._park(call, park)
+            return self._open_park(call, park)
 
         return step() if not self.step.blocking and not self._batches else (
             await self._atomic(step))
@@ -164,10 +165,10 @@ class Transitions:
         record that answer's decision, claiming the grant with it: one store step, with
         the same records and events as parking and deciding one after the other."""
         def step() -> CallRecord | tuple[Asked, Decision, Plan, NotRun | None]:
-            rec = self._open(call)
-            if rec is not None:
-                return rec
-            asked, rules = self._park(call, park)
+            opened = self._open_park(call, park)
+            if isinstance(opened, CallRecord):
+                return opened
+            asked, rules = opened
             answer = answer_for(rules)
             decided = plan_for(answer)
             try:
@@ -261,12 +262,34 @@ class Transitions:
         one store step."""
         return await self._atomic(lambda: self._park(call, park))
 
+    def _open_park(self, call: Call, park: Park,
+                   ) -> CallRecord | tuple[Asked, list[Rule] | None]:
+        """Open the call and park its request: the existing record if the id is known."""
+        fused = self._open_and_park
+        if fused is None:
+            rec = self._open(call)
+            if rec is not None:
+                return rec
+            return self._park(call, park)
+        opened = fused(
+            call_id=call.call_id, tool=call.name, digest=call.digest, args=call.args,
+            session_id=call.session_id, args_json=call.args_json, hint=park.hint,
+            payload=park.payload, kind=park.kind, expires_at=park.expires,
+            details=park.details, edited_from=park.edited_from)
+        if isinstance(opened, CallRecord):
+            return opened
+        return self._parked(call, park, *opened)
+
     def _park(self, call: Call, park: Park) -> tuple[Asked, list[Rule] | None]:
         rid, created = self.store.park(
             call_id=call.call_id, tool=call.name, args=call.args, digest=call.digest,
             hint=park.hint, payload=park.payload, kind=park.kind, expires_at=park.expires,
             details=park.details, edited_from=park.edited_from, session_id=call.session_id,
             args_json=call.args_json)
+        return self._parked(call, park, rid, created)
+
+    def _parked(self, call: Call, park: Park, rid: str, created: float,
+                ) -> tuple[Asked, list[Rule] | None]:
         # A tool asking from inside wants a human's payload, never a rule's answer.
         rules = None if park.kind == "tool" else self.rules.match(
             call.name, call.args, subjects=park.subjects, session_id=park.rule_session)

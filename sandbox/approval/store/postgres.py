@@ -48,7 +48,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from ...errors import ConfirmationStateError, StoreError
 from ..models import Rule, canonical_json
 from .base import MAX_PENDING_PER_SESSION
-from .records import HUMAN_OUTCOMES, Owner, dump, new_id
+from .records import HUMAN_OUTCOMES, CallRecord, Owner, dump, new_id
 from .sql import RULE_COLUMNS, SQLApprovalStore, lease_seconds
 from .states import PARKABLE
 
@@ -206,6 +206,33 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
                 code := 0;
             END $$""",
     ),
+    (  # 3: opening a call and parking its request in one round trip
+        # sandbox_open_park: `open_call`'s insert, then sandbox_park. code 4: the call id
+        # is known already, nothing written (the caller opens it the general way).
+        """CREATE FUNCTION sandbox_open_park(
+            p_lock INTEGER, p_key INTEGER, p_parkable TEXT[], p_max BIGINT,
+            p_max_session BIGINT, p_owner TEXT, p_rid TEXT, p_call TEXT, p_tool TEXT,
+            p_args TEXT, p_digest TEXT, p_hint TEXT, p_payload TEXT, p_kind TEXT,
+            p_details TEXT, p_now DOUBLE PRECISION, p_expires DOUBLE PRECISION,
+            p_edited_from TEXT, p_session TEXT,
+            OUT code INTEGER, OUT n BIGINT, OUT has_rules BOOLEAN)
+            LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+            BEGIN
+                INSERT INTO calls(call_id, tool, digest, args, state, owner, session_id,
+                                  created, updated)
+                    VALUES (p_call, p_tool, p_digest, p_args, 'new', p_owner, p_session,
+                            p_now, p_now)
+                    ON CONFLICT DO NOTHING;
+                IF NOT FOUND THEN
+                    code := 4; RETURN;
+                END IF;
+                SELECT p.code, p.n, p.has_rules INTO code, n, has_rules
+                    FROM sandbox_park(p_lock, p_key, p_parkable, p_max, p_max_session,
+                                      p_owner, p_rid, p_call, p_tool, p_args, p_digest,
+                                      p_hint, p_payload, p_kind, p_details, p_now,
+                                      p_expires, p_edited_from, p_session) p;
+            END $$""",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -217,6 +244,9 @@ _READ = re.compile(r"\s*SELECT\b(?![^;]*\b(?:pg_notify|sandbox_\w+)\s*\()", re.I
 #: How long a park's "no rule of this tool is active" stands in for the rule lookup
 #: that follows it in the same gate step (seconds; see `PostgresApprovalStore.park`).
 _RULES_HINT_SECONDS = 0.5
+
+#: The states a call may wait for a human from, as sandbox_park takes them.
+_PARKABLE = sorted(str(state) for state in PARKABLE)
 
 
 #: What the server says while it cannot take connections yet (SQLSTATE 57P03).
@@ -569,6 +599,49 @@ class PostgresApprovalStore(SQLApprovalStore):
         `_RULES_HINT_SECONDS`, with no other statement in between) answers "none"
         without a round trip: a rule added in that instant is as if added just after.
         """
+        parked = self._park_fn(
+            "sandbox_park", call_id=call_id, tool=tool, args=args, digest=digest,
+            hint=hint, payload=payload, kind=kind, expires_at=expires_at, details=details,
+            edited_from=edited_from, session_id=session_id, args_json=args_json)
+        assert parked is not None
+        return parked
+
+    def open_and_park(
+        self, *, call_id: str, tool: str, digest: str, args: dict[str, Any],
+        session_id: str | None, args_json: str | None, hint: str, payload: Any, kind: str,
+        expires_at: float | None, details: dict[str, Any] | None,
+        edited_from: str | None,
+    ) -> CallRecord | tuple[str, float]:
+        """`open_call` then `park`, in one round trip when the call id is new (what a
+        gate step that asks a human does first): the existing record when the id is
+        known, else the request's id and creation time. The call is recorded (``new``)
+        even when parking it is refused, as with the two operations one by one."""
+        parked = self._park_fn(
+            "sandbox_open_park", call_id=call_id, tool=tool, args=args, digest=digest,
+            hint=hint, payload=payload, kind=kind, expires_at=expires_at, details=details,
+            edited_from=edited_from, session_id=session_id, args_json=args_json)
+        if parked is not None:
+            self._opened += 1
+            if self.max_history is not None and self._opened % 1024 == 0:
+                with self._tx():
+                    self._prune(self.max_history)
+            return parked
+        rec = self.open_call(call_id, tool, digest, args, session_id, args_json=args_json)
+        if rec is not None:
+            return rec
+        return self.park(call_id=call_id, tool=tool, args=args, digest=digest, hint=hint,
+                         payload=payload, kind=kind, expires_at=expires_at,
+                         details=details, edited_from=edited_from, session_id=session_id,
+                         args_json=args_json)
+
+    def _park_fn(
+        self, function: str, *, call_id: str, tool: str, args: dict[str, Any], digest: str,
+        hint: str, payload: Any, kind: str, expires_at: float | None,
+        details: dict[str, Any] | None, edited_from: str | None, session_id: str | None,
+        args_json: str | None,
+    ) -> tuple[str, float] | None:
+        """Run ``sandbox_park`` or ``sandbox_open_park``: the request's id and creation
+        time; None when the call id is known already (nothing written)."""
         rid = new_id("cf")
         now = self._clock()
         owner = Owner.token()
@@ -577,10 +650,10 @@ class PostgresApprovalStore(SQLApprovalStore):
         cap = self.max_pending_per_session if session_id is not None else None
         with self._lock:
             code, n, has_rules = self._x(
-                "SELECT code, n, has_rules FROM sandbox_park(?::int, ?::int, ?::text[], "
+                f"SELECT code, n, has_rules FROM {function}(?::int, ?::int, ?::text[], "
                 "?::bigint, ?::bigint, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::float8, ?::float8, "
                 "?, ?)",
-                (_TX_LOCK, self._key, sorted(str(s) for s in PARKABLE), self.max_pending, cap, owner, rid,
+                (_TX_LOCK, self._key, _PARKABLE, self.max_pending, cap, owner, rid,
                  call_id, tool, text, digest, hint, dump(payload), kind,
                  dump(details) if details else "{}", now, expires_at, edited_from,
                  session_id)).fetchone()
@@ -589,6 +662,8 @@ class PostgresApprovalStore(SQLApprovalStore):
                     self._no_rules = (threading.get_ident(), tool,
                                       time.monotonic() + _RULES_HINT_SECONDS)
                 return rid, now
+        if code == 4:
+            return None
         if code == 1:
             raise ConfirmationStateError(
                 f"{n} confirmation requests are already pending (max_pending="
