@@ -84,6 +84,11 @@ class Transitions:
         # one round trip instead of two).
         self._open_and_park: Callable[..., CallRecord | tuple[str, float]] | None = (
             getattr(store, "open_and_park", None))
+        # A store that remembers the requests it parked and records a decision judged
+        # on one only while the stored request is still exactly it (PostgreSQL: the
+        # read and the decision of `read_and_decide` in one round trip).
+        self._parked_request: Callable[[str], ConfirmationRequest | None] | None = (
+            getattr(store, "parked_request", None))
 
     async def _in_step(self, body: Callable[[], T]) -> T:
         return body() if not self.step.blocking else await self.step(body)
@@ -322,6 +327,10 @@ class Transitions:
         make the decision, and record it: one store step. ``judge`` must not touch the
         store or the audit; what it refused is audited here."""
         def step() -> Judged:
+            if self._parked_request is not None and not with_answer:
+                fast = self._decide_parked(confirmation_id, judge)
+                if fast is not None:
+                    return fast
             req = self.store.get_request(confirmation_id)
             recorded = self.store.get_answer(confirmation_id) if with_answer else None
             judged = judge(req, recorded)
@@ -339,6 +348,40 @@ class Transitions:
 
         return step() if not self.step.blocking and not self._batches else (
             await self._atomic(step))
+
+    def _decide_parked(self, confirmation_id: str,
+                       judge: Callable[[ConfirmationRequest, dict[str, Any] | None], Judged],
+                       ) -> Judged | None:
+        """`read_and_decide`'s common case without reading the request back: judged on
+        the request as this store parked it, and recorded only if the stored one is
+        still exactly that (and pending). None, with nothing written or audited, for
+        anything else: the caller then reads, judges and records as usual."""
+        assert self._parked_request is not None
+        req = self._parked_request(confirmation_id)
+        if req is None:
+            return None
+        try:
+            judged = judge(req, None)
+        except Exception:  # judged again on the stored request, which raises as it may
+            return None
+        plan = judged.plan
+        if judged.refusal is not None or judged.call is None or plan is None:
+            return None
+        decision = plan.decision
+        try:
+            done = self.store.decide_parked(  # type: ignore[attr-defined]
+                req.id, status=plan.status, outcome=plan.outcome, reason=plan.reason,
+                decided_by=decision.decided_by if decision is not None else None,
+                channel=(decision.channel if decision is not None else None) or plan.channel,
+                decision=None if decision is None else recorded_form(decision),
+                call_result=plan.result, start=plan.start)
+        except ConfirmationStateError as exc:  # the grant could not be claimed
+            judged.refusal = self._refusal(judged.call, req, plan, exc)
+            return judged
+        if not done:
+            return None
+        self._recorded(judged.call, req, plan)
+        return judged
 
     def _record(self, req: Request, plan: Plan) -> None:
         """Record ``plan`` as the request's one decision (raises if it has one already,

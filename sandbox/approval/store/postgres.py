@@ -46,9 +46,9 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ...errors import ConfirmationStateError, StoreError
-from ..models import Rule, canonical_json
+from ..models import ConfirmationRequest, Rule, canonical_json
 from .base import MAX_PENDING_PER_SESSION
-from .records import HUMAN_OUTCOMES, CallRecord, Owner, dump, new_id
+from .records import HUMAN_OUTCOMES, CallRecord, Owner, dump, new_id, request_from_row
 from .sql import RULE_COLUMNS, SQLApprovalStore, lease_seconds
 from .states import PARKABLE
 
@@ -113,7 +113,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TRIGGER calls_journal_state AFTER UPDATE OF state ON calls "
         "FOR EACH ROW EXECUTE FUNCTION calls_journal()",
     ),
-    (  # 2: parking and deciding as server-side functions: one round trip each
+    (  # 2: the gate's steps as server-side functions: one round trip each
         # sandbox_park: `SQLApprovalStore.park`'s transaction (advisory lock, the bounds,
         # the guarded update, the request) in one statement. code 0: parked (has_rules:
         # whether any rule of this tool is active); 1: max_pending reached (n: pending);
@@ -126,7 +126,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             p_details TEXT, p_now DOUBLE PRECISION, p_expires DOUBLE PRECISION,
             p_edited_from TEXT, p_session TEXT,
             OUT code INTEGER, OUT n BIGINT, OUT has_rules BOOLEAN)
-            LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+            LANGUAGE plpgsql SET search_path FROM CURRENT
+            SET plan_cache_mode = force_generic_plan AS $$
             DECLARE
                 total BIGINT;
                 mine BIGINT := 0;
@@ -163,17 +164,22 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # sandbox_decide: the common case of `SQLApprovalStore.decide` in one statement
         # (advisory lock; a pending, unexpired request with no human answer waiting when
         # this decision is a human's; its call moved, the answer notified, the grant
-        # claimed when p_start). code 0: recorded; 1: not the common case, nothing
-        # written (the caller runs the general transaction). A claim that fails raises
+        # claimed when p_start; with p_expect, only while every column of the request
+        # still holds the e_ values the decision was judged on). code 0: recorded; 1: not
+        # the common case, nothing written (the caller runs the general transaction). A claim that fails raises
         # SQLSTATE SB001 and the whole statement, decision included, is rolled back.
         """CREATE FUNCTION sandbox_decide(
             p_lock INTEGER, p_key INTEGER, p_rid TEXT, p_status TEXT,
             p_now DOUBLE PRECISION, p_outcome TEXT, p_reason TEXT, p_decided_by TEXT,
             p_channel TEXT, p_decision TEXT, p_human BOOLEAN, p_notify TEXT,
             p_call_state TEXT, p_grant BOOLEAN, p_owner TEXT, p_result TEXT, p_note TEXT,
-            p_start BOOLEAN,
+            p_start BOOLEAN, p_expect BOOLEAN, e_call TEXT, e_tool TEXT, e_args TEXT,
+            e_digest TEXT, e_hint TEXT, e_payload TEXT, e_kind TEXT, e_details TEXT,
+            e_created DOUBLE PRECISION, e_expires DOUBLE PRECISION, e_edited_from TEXT,
+            e_session TEXT,
             OUT code INTEGER, OUT r_call TEXT, OUT r_digest TEXT)
-            LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+            LANGUAGE plpgsql SET search_path FROM CURRENT
+            SET plan_cache_mode = force_generic_plan AS $$
             BEGIN
                 PERFORM pg_advisory_xact_lock(p_lock, p_key);
                 UPDATE requests SET status = p_status, decided = p_now, outcome = p_outcome,
@@ -183,6 +189,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
                     AND (expires IS NULL OR p_now <= expires)
                     AND NOT (p_human AND EXISTS (SELECT 1 FROM answers
                                                  WHERE request_id = p_rid))
+                    AND (NOT p_expect OR (call_id = e_call AND tool = e_tool
+                        AND args = e_args AND digest = e_digest AND hint = e_hint
+                        AND payload IS NOT DISTINCT FROM e_payload AND kind = e_kind
+                        AND details IS NOT DISTINCT FROM e_details AND created = e_created
+                        AND expires IS NOT DISTINCT FROM e_expires
+                        AND edited_from IS NOT DISTINCT FROM e_edited_from
+                        AND session_id IS NOT DISTINCT FROM e_session))
                     RETURNING requests.call_id, requests.digest INTO r_call, r_digest;
                 IF NOT FOUND THEN
                     code := 1; RETURN;
@@ -205,8 +218,6 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
                 END IF;
                 code := 0;
             END $$""",
-    ),
-    (  # 3: opening a call and parking its request in one round trip
         # sandbox_open_park: `open_call`'s insert, then sandbox_park. code 4: the call id
         # is known already, nothing written (the caller opens it the general way).
         """CREATE FUNCTION sandbox_open_park(
@@ -216,7 +227,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             p_details TEXT, p_now DOUBLE PRECISION, p_expires DOUBLE PRECISION,
             p_edited_from TEXT, p_session TEXT,
             OUT code INTEGER, OUT n BIGINT, OUT has_rules BOOLEAN)
-            LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+            LANGUAGE plpgsql SET search_path FROM CURRENT
+            SET plan_cache_mode = force_generic_plan AS $$
             BEGIN
                 INSERT INTO calls(call_id, tool, digest, args, state, owner, session_id,
                                   created, updated)
@@ -244,6 +256,11 @@ _READ = re.compile(r"\s*SELECT\b(?![^;]*\b(?:pg_notify|sandbox_\w+)\s*\()", re.I
 #: How long a park's "no rule of this tool is active" stands in for the rule lookup
 #: that follows it in the same gate step (seconds; see `PostgresApprovalStore.park`).
 _RULES_HINT_SECONDS = 0.5
+
+#: Requests parked here whose rows are remembered for `parked_request` (the newest;
+#: arguments longer than _PARKED_MAX_ARGS characters are not remembered).
+_PARKED_KEEP = 1024
+_PARKED_MAX_ARGS = 4096
 
 #: The states a call may wait for a human from, as sandbox_park takes them.
 _PARKABLE = sorted(str(state) for state in PARKABLE)
@@ -362,6 +379,9 @@ class PostgresApprovalStore(SQLApprovalStore):
         self._listen_error: str | None = None
         # (thread, tool, monotonic deadline): a park found no active rule of this tool.
         self._no_rules: tuple[int, str, float] | None = None
+        # The rows of requests this store parked, as written (`parked_request`).
+        self._parked: collections.OrderedDict[str, tuple[Any, ...]] = (
+            collections.OrderedDict())
         conn = self._connect(wait_for_start=True)
         self._conn = conn
         try:
@@ -661,6 +681,13 @@ class PostgresApprovalStore(SQLApprovalStore):
                 if not has_rules:
                     self._no_rules = (threading.get_ident(), tool,
                                       time.monotonic() + _RULES_HINT_SECONDS)
+                if len(text) <= _PARKED_MAX_ARGS:
+                    self._parked[rid] = (
+                        rid, call_id, tool, text, digest, hint, dump(payload), kind,
+                        dump(details) if details else "{}", "pending", now, expires_at,
+                        edited_from, session_id)
+                    if len(self._parked) > _PARKED_KEEP:
+                        self._parked.popitem(last=False)
                 return rid, now
         if code == 4:
             return None
@@ -701,31 +728,76 @@ class PostgresApprovalStore(SQLApprovalStore):
         a human's decision, no answer waiting from another channel) is one statement,
         ``sandbox_decide``; anything else writes nothing there and runs the general
         transaction."""
+        with self._lock:
+            if self._decide_fn(request_id, None, status=status, outcome=outcome,
+                               reason=reason, decided_by=decided_by, channel=channel,
+                               decision=decision, call_result=call_result, start=start):
+                return
+            super().decide(request_id, status=status, outcome=outcome, reason=reason,
+                           decided_by=decided_by, channel=channel, decision=decision,
+                           call_result=call_result, start=start)
+
+    def parked_request(self, request_id: str) -> ConfirmationRequest | None:
+        """The request as this store parked it, when it parked it (recently), without a
+        round trip; None otherwise. Its status says ``pending`` whatever it is now: use
+        it only with `decide_parked`, which records a decision only while the stored
+        request is still exactly this one, and pending."""
+        row = self._parked.get(request_id)
+        return None if row is None else request_from_row(row)
+
+    def decide_parked(
+        self, request_id: str, *, status: str, outcome: str | None = None,
+        reason: str | None = None, decided_by: str | None = None,
+        channel: str | None = None, decision: dict[str, Any] | str | None = None,
+        call_result: Any = None, start: bool = False,
+    ) -> bool:
+        """`decide` for a decision judged on `parked_request`, in one round trip: True
+        when recorded; False, with nothing written, unless the stored request is still
+        pending, unexpired, unanswered by another channel (for a human's decision) and
+        in every column what `parked_request` returned (then judge the request read
+        from the store and `decide`, as for any other). Raises ConfirmationStateError
+        (nothing recorded) when ``start`` and the grant cannot be claimed."""
+        row = self._parked.get(request_id)
+        if row is None:
+            return False
+        with self._lock:
+            done = self._decide_fn(request_id, row, status=status, outcome=outcome,
+                                   reason=reason, decided_by=decided_by, channel=channel,
+                                   decision=decision, call_result=call_result, start=start)
+            if done:
+                self._parked.pop(request_id, None)
+        return done
+
+    def _decide_fn(
+        self, request_id: str, expect: tuple[Any, ...] | None, *, status: str,
+        outcome: str | None, reason: str | None, decided_by: str | None,
+        channel: str | None, decision: dict[str, Any] | str | None, call_result: Any,
+        start: bool,
+    ) -> bool:
+        """``sandbox_decide``: True when it recorded the decision, False when it wrote
+        nothing (not the common case, or the request is not ``expect``'s row)."""
         now = self._clock()
         owner = Owner.token()
         self._hold(owner)
         decision_text = decision if isinstance(decision, str) else dump(decision)
         call_state = {"approved": "approved", "edited": "editing"}.get(status, status)
-        with self._lock:
-            try:
-                (code,) = self._x(
-                    "SELECT code FROM sandbox_decide(?::int, ?::int, ?, ?, ?::float8, ?, ?, "
-                    "?, ?, ?, ?::boolean, ?, ?, ?::boolean, ?, ?, ?, ?::boolean)",
-                    (_TX_LOCK, self._key, request_id, status, now, outcome, reason,
-                     decided_by, channel, decision_text, outcome in HUMAN_OUTCOMES,
-                     self._channel, call_state, status == "approved", owner,
-                     dump(call_result), f"{request_id} by {decided_by or channel}",
-                     bool(start and status == "approved"))).fetchone()
-            except self._pg.Error as exc:
-                if getattr(exc, "sqlstate", None) != "SB001":
-                    raise
-                raise ConfirmationStateError(  # the statement, decision too, rolled back
-                    f"{exc.diag.message_primary or exc}; nothing was run") from None
-            if code == 0:
-                return
-            super().decide(request_id, status=status, outcome=outcome, reason=reason,
-                           decided_by=decided_by, channel=channel, decision=decision,
-                           call_result=call_result, start=start)
+        e = expect[1:9] + expect[10:] if expect is not None else (None,) * 12
+        try:
+            (code,) = self._x(
+                "SELECT code FROM sandbox_decide(?::int, ?::int, ?, ?, ?::float8, ?, ?, "
+                "?, ?, ?, ?::boolean, ?, ?, ?::boolean, ?, ?, ?, ?::boolean, ?::boolean, "
+                "?, ?, ?, ?, ?, ?, ?, ?, ?::float8, ?::float8, ?, ?)",
+                (_TX_LOCK, self._key, request_id, status, now, outcome, reason,
+                 decided_by, channel, decision_text, outcome in HUMAN_OUTCOMES,
+                 self._channel, call_state, status == "approved", owner,
+                 dump(call_result), f"{request_id} by {decided_by or channel}",
+                 bool(start and status == "approved"), expect is not None, *e)).fetchone()
+        except self._pg.Error as exc:
+            if getattr(exc, "sqlstate", None) != "SB001":
+                raise
+            raise ConfirmationStateError(  # the statement, decision too, rolled back
+                f"{exc.diag.message_primary or exc}; nothing was run") from None
+        return bool(code == 0)
 
     def close(self) -> None:
         if self._closed:
