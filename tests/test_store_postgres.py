@@ -489,3 +489,44 @@ def test_a_failed_claim_in_the_decision_rolls_the_decision_back(pg_url: str) -> 
     assert store.get_request(rid).status == "pending"
     assert store.get_call("c1").state == "awaiting"
     store.close()
+
+
+@pytest.mark.anyio
+async def test_a_step_that_would_wait_for_the_lock_leaves_the_event_loop_free(
+        pg_url: str) -> None:
+    """Steps run on the caller's thread over a unix socket (`run_now`) only while they
+    wait for nothing: with another process holding the store's lock, the call goes to
+    the worker thread and the event loop keeps running until the lock is released."""
+    import anyio
+
+    from sandbox.approval.store.postgres import _TX_LOCK
+
+    ran: list[int] = []
+    runner = _deferred_runner(pg_url, ran)
+    store = runner.store
+    assert store._local  # the test cluster listens on a unix socket only
+    rid = (await runner.call("act", {"n": 1}))["confirmation_id"]  # warm, inline
+    holder = psycopg.connect(pg_url)  # a transaction of another process holds the lock
+    holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_TX_LOCK, store._key))
+    ticks = 0
+    done = anyio.Event()
+
+    async def tick() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            await anyio.sleep(0.01)
+
+    async def release() -> None:
+        await anyio.sleep(0.5)
+        holder.rollback()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tick)
+        tg.start_soon(release)
+        result = await runner.resume(rid, True)
+        done.set()
+    assert result == {"n": 1} and ran == [1], result
+    assert ticks >= 20, ticks  # the loop ran while the resume waited for the lock
+    holder.close()
+    store.close()

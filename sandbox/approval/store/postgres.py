@@ -41,8 +41,8 @@ import re
 import select
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ...errors import ConfirmationStateError, StoreError
@@ -53,6 +53,8 @@ from .sql import RULE_COLUMNS, SQLApprovalStore, lease_seconds
 from .states import PARKABLE
 
 _log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Advisory lock classes (the first key of the two-key form; the second is the schema's).
 _TX_LOCK = 0x5A1D
@@ -118,9 +120,10 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # the guarded update, the request) in one statement. code 0: parked (has_rules:
         # whether any rule of this tool is active); 1: max_pending reached (n: pending);
         # 2: the call is not in progress here; 3: the session's cap reached (n: its
-        # pending). Nothing is written unless code is 0.
+        # pending); 9: p_try and the lock is taken (not waited for). Nothing is written
+        # unless code is 0.
         """CREATE FUNCTION sandbox_park(
-            p_lock INTEGER, p_key INTEGER, p_parkable TEXT[], p_max BIGINT,
+            p_lock INTEGER, p_key INTEGER, p_try BOOLEAN, p_parkable TEXT[], p_max BIGINT,
             p_max_session BIGINT, p_owner TEXT, p_rid TEXT, p_call TEXT, p_tool TEXT,
             p_args TEXT, p_digest TEXT, p_hint TEXT, p_payload TEXT, p_kind TEXT,
             p_details TEXT, p_now DOUBLE PRECISION, p_expires DOUBLE PRECISION,
@@ -132,7 +135,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
                 total BIGINT;
                 mine BIGINT := 0;
             BEGIN
-                PERFORM pg_advisory_xact_lock(p_lock, p_key);
+                IF NOT p_try THEN
+                    PERFORM pg_advisory_xact_lock(p_lock, p_key);
+                ELSIF NOT pg_try_advisory_xact_lock(p_lock, p_key) THEN
+                    code := 9; RETURN;
+                END IF;
                 SELECT COUNT(*) INTO total FROM requests WHERE status = 'pending';
                 IF total >= p_max THEN
                     code := 1; n := total; RETURN;
@@ -166,10 +173,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # this decision is a human's; its call moved, the answer notified, the grant
         # claimed when p_start; with p_expect, only while every column of the request
         # still holds the e_ values the decision was judged on). code 0: recorded; 1: not
-        # the common case, nothing written (the caller runs the general transaction). A claim that fails raises
-        # SQLSTATE SB001 and the whole statement, decision included, is rolled back.
+        # the common case, nothing written (the caller runs the general transaction);
+        # 9: p_try and the lock is taken (not waited for), nothing written. A claim that
+        # fails raises SQLSTATE SB001: the whole statement, decision too, is rolled back.
         """CREATE FUNCTION sandbox_decide(
-            p_lock INTEGER, p_key INTEGER, p_rid TEXT, p_status TEXT,
+            p_lock INTEGER, p_key INTEGER, p_try BOOLEAN, p_rid TEXT, p_status TEXT,
             p_now DOUBLE PRECISION, p_outcome TEXT, p_reason TEXT, p_decided_by TEXT,
             p_channel TEXT, p_decision TEXT, p_human BOOLEAN, p_notify TEXT,
             p_call_state TEXT, p_grant BOOLEAN, p_owner TEXT, p_result TEXT, p_note TEXT,
@@ -181,7 +189,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             LANGUAGE plpgsql SET search_path FROM CURRENT
             SET plan_cache_mode = force_generic_plan AS $$
             BEGIN
-                PERFORM pg_advisory_xact_lock(p_lock, p_key);
+                IF NOT p_try THEN
+                    PERFORM pg_advisory_xact_lock(p_lock, p_key);
+                ELSIF NOT pg_try_advisory_xact_lock(p_lock, p_key) THEN
+                    code := 9; RETURN;
+                END IF;
                 UPDATE requests SET status = p_status, decided = p_now, outcome = p_outcome,
                     reason = p_reason, decided_by = p_decided_by, channel = p_channel,
                     decision = p_decision
@@ -219,9 +231,10 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
                 code := 0;
             END $$""",
         # sandbox_open_park: `open_call`'s insert, then sandbox_park. code 4: the call id
-        # is known already, nothing written (the caller opens it the general way).
+        # is known already, nothing written (the caller opens it the general way); 9:
+        # p_try and the lock is taken, nothing written (the lock is tried first).
         """CREATE FUNCTION sandbox_open_park(
-            p_lock INTEGER, p_key INTEGER, p_parkable TEXT[], p_max BIGINT,
+            p_lock INTEGER, p_key INTEGER, p_try BOOLEAN, p_parkable TEXT[], p_max BIGINT,
             p_max_session BIGINT, p_owner TEXT, p_rid TEXT, p_call TEXT, p_tool TEXT,
             p_args TEXT, p_digest TEXT, p_hint TEXT, p_payload TEXT, p_kind TEXT,
             p_details TEXT, p_now DOUBLE PRECISION, p_expires DOUBLE PRECISION,
@@ -230,6 +243,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             LANGUAGE plpgsql SET search_path FROM CURRENT
             SET plan_cache_mode = force_generic_plan AS $$
             BEGIN
+                IF p_try AND NOT pg_try_advisory_xact_lock(p_lock, p_key) THEN
+                    code := 9; RETURN;
+                END IF;
                 INSERT INTO calls(call_id, tool, digest, args, state, owner, session_id,
                                   created, updated)
                     VALUES (p_call, p_tool, p_digest, p_args, 'new', p_owner, p_session,
@@ -239,7 +255,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
                     code := 4; RETURN;
                 END IF;
                 SELECT p.code, p.n, p.has_rules INTO code, n, has_rules
-                    FROM sandbox_park(p_lock, p_key, p_parkable, p_max, p_max_session,
+                    FROM sandbox_park(p_lock, p_key, FALSE, p_parkable, p_max, p_max_session,
                                       p_owner, p_rid, p_call, p_tool, p_args, p_digest,
                                       p_hint, p_payload, p_kind, p_details, p_now,
                                       p_expires, p_edited_from, p_session) p;
@@ -273,6 +289,12 @@ _STARTING = ("the database system is starting up", "the database system is not y
 
 class _Starting(Exception):
     pass
+
+
+class _WouldWait(BaseException):
+    """Raised inside `PostgresApprovalStore.run_now` before anything is written, where
+    the step would wait (a lock another process holds, a reconnect): the step is run on
+    the worker thread instead. A BaseException: no handler in a step may swallow it."""
 
 
 def redacted(url: str) -> str:
@@ -379,6 +401,9 @@ class PostgresApprovalStore(SQLApprovalStore):
         self._listen_error: str | None = None
         # (thread, tool, monotonic deadline): a park found no active rule of this tool.
         self._no_rules: tuple[int, str, float] | None = None
+        # `run_now`: a step is running on the caller's thread; whether it wrote yet.
+        self._inline = False
+        self._inline_wrote = False
         # The rows of requests this store parked, as written (`parked_request`).
         self._parked: collections.OrderedDict[str, tuple[Any, ...]] = (
             collections.OrderedDict())
@@ -394,6 +419,8 @@ class PostgresApprovalStore(SQLApprovalStore):
             raise StoreError(
                 f"cannot open approval store {self.url}: its search_path names no schema "
                 "that exists; create the schema first (CREATE SCHEMA ...)")
+        # A server on this host, reached over a unix socket (`run_now`).
+        self._local = str(conn.info.host or "").startswith("/")
         self.schema = str(schema)
         digest = hashlib.sha256(self.schema.encode()).digest()
         self._key = int.from_bytes(digest[:4], "big", signed=True)
@@ -475,6 +502,8 @@ class PostgresApprovalStore(SQLApprovalStore):
             raise StoreError(f"approval store {self.url} was closed; open a new one")
         if self._healthy(self._conn):
             return self._conn
+        if self._inline and not self._inline_wrote:
+            raise _WouldWait  # reconnecting waits: on the worker thread
         self._drop()
         deadline = time.monotonic() + self.reconnect_timeout
         while True:
@@ -513,6 +542,8 @@ class PostgresApprovalStore(SQLApprovalStore):
             if self._in_tx:
                 return self._conn.execute(q, args)
             conn = self._live()
+            if self._inline and not _READ.match(sql):
+                self._inline_wrote = True  # (from here on the step cannot move)
             try:
                 return conn.execute(q, args)
             except self._pg.errors.LockNotAvailable as exc:
@@ -532,6 +563,7 @@ class PostgresApprovalStore(SQLApprovalStore):
         self._no_rules = None
         with self._lock:
             conn = self._conn if self._in_tx else self._live()
+            self._inline_wrote = self._inline_wrote or self._inline
             with conn.cursor() as cur:
                 cur.executemany(self._query(sql), [tuple(r) for r in rows])
 
@@ -542,6 +574,10 @@ class PostgresApprovalStore(SQLApprovalStore):
             if self._in_tx:  # nested: part of the enclosing transaction
                 yield
                 return
+            if self._inline:
+                if not self._inline_wrote:
+                    raise _WouldWait  # its lock may wait: on the worker thread
+                self._inline_wrote = True
             for attempt in (1, 2):  # nothing ran yet: a lost connection is tried again
                 conn = self._live()
                 try:
@@ -604,6 +640,38 @@ class PostgresApprovalStore(SQLApprovalStore):
                         f"{self._SQL_NOW})", (version,))
 
     # -- the gate's steps, one round trip each (migration 2's functions) --------------
+
+    def run_now(self, body: Callable[[], T]) -> tuple[bool, T | None]:
+        """Run ``body`` (a gate step: one to three round trips) right here, on the
+        caller's thread, when that does not wait on anything but the local server's
+        reply: ``(True, its result)``; ``(False, None)``, with nothing written, when it
+        would (the caller then runs it on the store's worker thread).
+
+        Only over a unix socket (a server on this host: a round trip is tens of µs;
+        over TCP the worker thread keeps the event loop free while the network
+        answers), only when no other thread is using the connection and it is healthy
+        (a reconnect waits). Inside, until the step has written something, the store's
+        lock is only tried (``pg_try_advisory_xact_lock``), never waited for, and a
+        transaction that would take it (the general paths) moves the step to the
+        worker thread instead; after a write the step cannot move and finishes here
+        (the fast path of each step is one statement, so that is after its last
+        write or a rule's bookkeeping). A row lock held by another process's one
+        statement is still waited for (bounded by ``busy_timeout``), as on the worker.
+        """
+        if not self._local or self._closed or not self._lock.acquire(blocking=False):
+            return False, None
+        try:
+            if self._in_tx or self._inline or not self._healthy(self._conn):
+                return False, None
+            self._inline, self._inline_wrote = True, False
+            try:
+                return True, body()
+            except _WouldWait:
+                return False, None
+            finally:
+                self._inline = False
+        finally:
+            self._lock.release()
 
     def park(
         self, *, call_id: str, tool: str, args: dict[str, Any], digest: str, hint: str,
@@ -669,11 +737,14 @@ class PostgresApprovalStore(SQLApprovalStore):
         text = canonical_json(args) if args_json is None else args_json
         cap = self.max_pending_per_session if session_id is not None else None
         with self._lock:
+            wrote = self._inline_wrote
+            try_lock = self._inline and not wrote
             code, n, has_rules = self._x(
-                f"SELECT code, n, has_rules FROM {function}(?::int, ?::int, ?::text[], "
+                f"SELECT code, n, has_rules FROM {function}(?::int, ?::int, ?::boolean, "
+                "?::text[], "
                 "?::bigint, ?::bigint, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::float8, ?::float8, "
                 "?, ?)",
-                (_TX_LOCK, self._key, _PARKABLE, self.max_pending, cap, owner, rid,
+                (_TX_LOCK, self._key, try_lock, _PARKABLE, self.max_pending, cap, owner, rid,
                  call_id, tool, text, digest, hint, dump(payload), kind,
                  dump(details) if details else "{}", now, expires_at, edited_from,
                  session_id)).fetchone()
@@ -689,6 +760,9 @@ class PostgresApprovalStore(SQLApprovalStore):
                     if len(self._parked) > _PARKED_KEEP:
                         self._parked.popitem(last=False)
                 return rid, now
+            self._inline_wrote = wrote  # (nothing was)
+        if code == 9:
+            raise _WouldWait
         if code == 4:
             return None
         if code == 1:
@@ -782,13 +856,15 @@ class PostgresApprovalStore(SQLApprovalStore):
         decision_text = decision if isinstance(decision, str) else dump(decision)
         call_state = {"approved": "approved", "edited": "editing"}.get(status, status)
         e = expect[1:9] + expect[10:] if expect is not None else (None,) * 12
+        wrote = self._inline_wrote
         try:
             (code,) = self._x(
-                "SELECT code FROM sandbox_decide(?::int, ?::int, ?, ?, ?::float8, ?, ?, "
+                "SELECT code FROM sandbox_decide(?::int, ?::int, ?::boolean, ?, ?, "
+                "?::float8, ?, ?, "
                 "?, ?, ?, ?::boolean, ?, ?, ?::boolean, ?, ?, ?, ?::boolean, ?::boolean, "
                 "?, ?, ?, ?, ?, ?, ?, ?, ?::float8, ?::float8, ?, ?)",
-                (_TX_LOCK, self._key, request_id, status, now, outcome, reason,
-                 decided_by, channel, decision_text, outcome in HUMAN_OUTCOMES,
+                (_TX_LOCK, self._key, self._inline and not wrote, request_id, status, now,
+                 outcome, reason, decided_by, channel, decision_text, outcome in HUMAN_OUTCOMES,
                  self._channel, call_state, status == "approved", owner,
                  dump(call_result), f"{request_id} by {decided_by or channel}",
                  bool(start and status == "approved"), expect is not None, *e)).fetchone()
@@ -797,6 +873,10 @@ class PostgresApprovalStore(SQLApprovalStore):
                 raise
             raise ConfirmationStateError(  # the statement, decision too, rolled back
                 f"{exc.diag.message_primary or exc}; nothing was run") from None
+        if code == 9:
+            raise _WouldWait
+        if code != 0:
+            self._inline_wrote = wrote  # (nothing was)
         return bool(code == 0)
 
     def close(self) -> None:
