@@ -77,7 +77,8 @@ class Transitions:
         self.rules = rules
         self.step = StoreSteps(store)
         self._batches = bool(getattr(store, "batches", False))
-        # A SQLite file runs a step right here when that cannot wait (`run_now`).
+        # A SQLite file (or PostgreSQL over a unix socket) runs a step right here when
+        # that cannot wait (`run_now`).
         self._now: Callable[[Callable[[], Any]], tuple[bool, Any]] | None = (
             getattr(store, "run_now", None) if self.step.blocking else None)
         # A store that opens a call and parks its request in one operation (PostgreSQL:

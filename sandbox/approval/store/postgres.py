@@ -5,7 +5,15 @@ and command lines of many hosts.
 ``?options=-csearch_path%3Dname`` picks the schema, so one database can hold several
 stores). Needs the ``postgres`` extra: ``pip install 'sandbox[postgres]'`` (psycopg 3).
 
-The operations are `SQLApprovalStore`'s (store/sql.py), the same statements SQLite runs:
+The operations are `SQLApprovalStore`'s (store/sql.py), the same statements SQLite runs,
+except the gate's hot steps, which are server-side functions (migration 2) so that each
+is one round trip: ``sandbox_open_park`` (open a call and park its request),
+``sandbox_park``, and ``sandbox_decide`` (the common case of a decision, claiming the
+grant with it; with the row a request was parked with, it decides only while the stored
+request is still exactly that row, so `ToolRunner.resume` need not read it back). They
+take the same advisory lock and guards as the statements they replace, and anything
+outside their common case writes nothing and runs the general SQL path. Over a unix
+socket a step may run on the caller's thread (`run_now`) while it waits for nothing.
 
 - claims are guarded ``UPDATE ... WHERE state=... [RETURNING]``: under READ COMMITTED a
   second claimer blocks on the row and re-checks the guard against the committed row, so
