@@ -768,7 +768,9 @@ class PostgresApprovalStore(SQLApprovalStore):
                     if len(self._parked) > _PARKED_KEEP:
                         self._parked.popitem(last=False)
                 return rid, now
-            self._inline_wrote = wrote  # (nothing was)
+            if code in (4, 9) or function == "sandbox_park":
+                self._inline_wrote = wrote  # nothing was (sandbox_open_park's other
+                # refusals leave the call it recorded)
         if code == 9:
             raise _WouldWait
         if code == 4:
