@@ -823,3 +823,51 @@ async def test_a_datagram_socketpair_and_inotify_are_refused(workspace: Path) ->
     assert "dgram 1" in result["stdout"], result  # EPERM
     assert "stream-pair" in result["stdout"], result
     assert "inotify -1 1" in result["stdout"], result
+
+
+@needs_root
+@needs_landlock
+async def test_setuid_bits_fanotify_vsock_and_leases_are_refused(workspace: Path) -> None:
+    """Round 3, second OS adversary: a file made setuid in the workspace stays setuid on
+    the host (nosuid is the command's own mounts only); fanotify's unprivileged mode and
+    vsock reach past Landlock and the network namespace; a lease stalls host writers."""
+    probe = (
+        "import os, socket, ctypes, fcntl, shutil\n"
+        "shutil.copy('/usr/bin/id', 'suid'); os.chmod('suid', 0o755)\n"
+        "for mode in (0o4755, 0o2755):\n"
+        "    try: os.chmod('suid', mode); print('chmod', oct(mode), 'ok')\n"
+        "    except OSError as e: print('chmod', oct(mode), e.errno)\n"
+        "try: os.close(os.open('made', os.O_CREAT | os.O_WRONLY, 0o4755)); print('open-suid ok')\n"
+        "except OSError as e: print('open-suid', e.errno)\n"
+        "os.close(os.open('plain', os.O_CREAT | os.O_WRONLY, 0o644)); print('open-plain ok')\n"
+        "l = ctypes.CDLL(None, use_errno=True)\n"
+        "print('fanotify', l.fanotify_init(0, 0), ctypes.get_errno())\n"
+        "try: socket.socket(40, socket.SOCK_STREAM); print('vsock ok')\n"
+        "except OSError as e: print('vsock', e.errno)\n"
+        "fd = os.open('plain', os.O_RDONLY)\n"
+        "try: fcntl.fcntl(fd, 1024, 0); print('lease ok')\n"  # F_SETLEASE, F_RDLCK
+        "except OSError as e: print('lease', e.errno)\n"
+    )
+    (workspace / "probe.py").write_text(probe)
+    result = await run(workspace, "python3 probe.py", "root")
+    out = result["stdout"]
+    assert "chmod 0o4755 1" in out and "chmod 0o2755 1" in out, result
+    assert "open-suid 1" in out and "open-plain ok" in out, result
+    assert "fanotify -1 1" in out and "vsock 1" in out and "lease 1" in out, result
+    assert not (workspace / "suid").stat().st_mode & 0o6000
+    assert not (workspace / "made").exists() or not (workspace / "made").stat().st_mode & 0o6000
+
+
+@needs_root
+async def test_a_deep_tree_left_in_tmpdir_does_not_break_the_call(workspace: Path) -> None:
+    """1,500 nested directories in TMPDIR made shutil.rmtree raise RecursionError out of
+    the tool call, and the directory stayed."""
+    (workspace / "deep.sh").write_text(
+        'cd "$TMPDIR"; echo "$TMPDIR" > where\n'
+        "python3 -c \"import os\nfor _ in range(1500): os.mkdir('d'); os.chdir('d')\"\n"
+        "echo deep\n")
+    tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy(timeout_seconds=60))
+    result = await tool.run_async(args={"command": "bash deep.sh"}, tool_context=ctx())
+    assert "deep" in result["stdout"], result
+    where = (workspace / "where").read_text().strip() if (workspace / "where").exists() else ""
+    assert where == "" or not Path(where).exists()

@@ -181,3 +181,44 @@ def test_python_dev_asks_before_linters_that_can_change_files() -> None:
     assert PYTHON_DEV.needs_confirmation("ruff check --fix .")
     assert PYTHON_DEV.needs_confirmation("mypy --install-types --non-interactive src")
     assert not PYTHON_DEV.needs_confirmation("pytest -q tests")
+
+
+# Review round 3, third policy adversary.
+@pytest.mark.parametrize(
+    ("policy", "command"),
+    [
+        # pytest writes what -o log_file / --junitxml name: code the next pytest runs
+        (PYTHON_DEV, "pytest -q -o log_file=test_zz.py -o 'log_file_format=import os #%(levelno)s'"),
+        (PYTHON_DEV, "pytest -q --junitxml=keep.py"),
+        (PYTHON_DEV, "pytest --log-file=conftest.py"),
+        (PYTHON_DEV, "pytest -c evil.ini"),
+        # git config reads options only up to its first operand: this sets core.fsmonitor
+        (BashToolPolicy(allowed_command_prefixes=("git",)),
+         'git config core.fsmonitor "touch x" --get; git status --short'),
+        (BashToolPolicy(allowed_command_prefixes=("git config", "git status"),
+                        program_specs="builtin"),
+         'git config core.fsmonitor "touch x" --get'),
+        (BashToolPolicy(allowed_command_prefixes=("git",)), "git config get core.bare"),
+        # git diff with a path outside the work tree is an implicit --no-index
+        (GIT_READONLY, "git diff /etc/hostname /dev/null"),
+        (GIT_READONLY, "git diff ../secret.txt /dev/null"),
+        (PYTHON_DEV, "git diff /etc/hostname /dev/null"),
+    ],
+)
+def test_round_three_third_findings_are_refused(policy: BashToolPolicy, command: str) -> None:
+    assert not policy.check(command).allowed, command
+
+
+def test_a_file_fed_to_stdin_asks_where_cat_would() -> None:
+    """'git name-rev --annotate-stdin < FILE' copies the file to stdout."""
+    assert GIT_READONLY.check("git name-rev --annotate-stdin < /etc/passwd").allowed
+    assert GIT_READONLY.needs_confirmation("git name-rev --annotate-stdin < /etc/passwd")
+    assert not GIT_READONLY.needs_confirmation("git log -1 < /dev/null")
+    assert PYTHON_DEV.needs_confirmation("python3 -m pytest -q")
+    assert not PYTHON_DEV.needs_confirmation("pytest -q tests")
+
+
+@pytest.mark.parametrize("command", ["\t\n", "\n \n", " ", ""])
+def test_whitespace_only_input_is_empty_not_an_internal_error(command: str) -> None:
+    decision = BashToolPolicy().check(command)
+    assert not decision.allowed and "internal error" not in decision.reason

@@ -320,6 +320,8 @@ class _Checker:
 
     def word(self, kind: str, start: int, end: int, *, arithmetic: bool, test: bool) -> None:
         data = self.data
+        if start >= end:
+            return  # an empty leaf (whitespace-only input): no text to disagree on
         if kind == "heredoc_start":
             self.heredoc_start(start, end)
             return

@@ -878,12 +878,24 @@ DENIED_SYSCALLS: Mapping[str, int] = {
     # inotify watches any path DAC lets root read, Landlock or not: the names and
     # activity of files outside (another command's TMPDIR). tail -f falls back to polling.
     "inotify_init": 253, "inotify_init1": 294,
+    # fanotify's unprivileged mode reports names and events of any file DAC lets root read
+    "fanotify_init": 300, "fanotify_mark": 301,
 }  # fmt: skip
 _SYS_CLONE = 56
 _SYS_CLONE3 = 435
 _SYS_IOCTL = 16
 _SYS_SOCKET = 41
 _SYS_SOCKETPAIR = 53
+_AF_VSOCK = 40  # to the hypervisor and every VM's vsock ports: outside any network ns
+_NETLINK_KOBJECT_UEVENT = 15  # the host's device events
+# Calls that can give a file the setuid or setgid bit, by the argument index of the mode.
+# A file made setuid in the workspace (or /dev/shm) stays setuid on the host, where
+# nosuid does not apply and any local user could run it.
+_SYS_MODE_ARG = {90: 1, 91: 1, 85: 1, 2: 2, 268: 2, 452: 2, 257: 3}  # chmod, fchmod, creat,
+#                                           open, fchmodat, fchmodat2, openat
+_S_ISUID_ISGID = 0o6000
+_SYS_OPENAT2 = 437  # its mode sits in a struct a filter cannot read: ENOSYS, libc falls back
+_SYS_FCNTL, _F_SETLEASE = 72, 1024  # a lease on a host file stalls the host's writers
 _SOCK_TYPE_MASK, _SOCK_STREAM = 0xF, 1
 _AF_UNIX = 1
 _AF_NETLINK = 16
@@ -922,6 +934,9 @@ def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
         (_BPF_JEQ, "clone", 0, _SYS_CLONE),
         (_BPF_JEQ, "ioctl", 0, _SYS_IOCTL),
         (_BPF_JEQ, "enosys", 0, _SYS_CLONE3),
+        (_BPF_JEQ, "enosys", 0, _SYS_OPENAT2),
+        (_BPF_JEQ, "fcntl", 0, _SYS_FCNTL),
+        *[(_BPF_JEQ, f"mode{arg}", 0, nr) for nr, arg in _SYS_MODE_ARG.items()],
     ]
     if deny_unix_sockets:
         prog.append((_BPF_JEQ, "socket", 0, _SYS_SOCKET))
@@ -939,12 +954,25 @@ def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
         (_BPF_JEQ, "deny", 0, _TIOCSTI),
         (_BPF_JEQ, "deny", "allow", _TIOCLINUX),
     ]
+    labels["fcntl"] = len(prog)
+    prog += [
+        (_BPF_LD_W_ABS, 0, 0, 24),  # args[1]: the command
+        (_BPF_JEQ, "deny", "allow", _F_SETLEASE),
+    ]
+    for arg in sorted(set(_SYS_MODE_ARG.values())):
+        labels[f"mode{arg}"] = len(prog)
+        prog += [
+            (_BPF_LD_W_ABS, 0, 0, 16 + 8 * arg),  # the mode argument, low half
+            (_BPF_JSET, "deny", "allow", _S_ISUID_ISGID),
+        ]
     labels["socket"] = len(prog)
     prog += [
         (_BPF_LD_W_ABS, 0, 0, 16),  # args[0]: the address family
         (_BPF_JEQ, "deny", 0, _AF_UNIX),
+        (_BPF_JEQ, "deny", 0, _AF_VSOCK),
         (_BPF_JEQ, 0, "allow", _AF_NETLINK),
         (_BPF_LD_W_ABS, 0, 0, 32),  # args[2]: the protocol
+        (_BPF_JEQ, "deny", 0, _NETLINK_KOBJECT_UEVENT),
         (_BPF_JEQ, "deny", "allow", _NETLINK_USERSOCK),
     ]
     # socketpair(AF_UNIX, SOCK_DGRAM): an unbound datagram socket can sendto() any

@@ -872,8 +872,6 @@ DEFAULT_HARDENING: tuple[HardeningRule, ...] = (
             "--get-urlmatch",
             "--list",
             "-l",
-            "get",
-            "list",
         ),
         why="writes configuration (core.pager, core.fsmonitor, alias.x='!cmd') that later "
         "git commands run; read values with 'git config --get NAME' or 'git config --list'",
@@ -889,6 +887,13 @@ DEFAULT_HARDENING: tuple[HardeningRule, ...] = (
     HardeningRule(program="npx", why="downloads and runs an arbitrary package binary"),
     # pytest
     *_rows("pytest", ("--basetemp",), "pytest deletes the given directory before the run"),
+    *_rows(
+        "pytest",
+        ("-o", "--override-ini", "-c", "--config-file", "--junitxml", "--junit-xml",
+         "--log-file", "--result-log", "--debug"),
+        "writes a file the command names (-o log_file=conftest.py with log_file_format "
+        "writes code the next pytest runs); set these in the project's own config",
+    ),
     # find and fd
     *_rows(
         "find",

@@ -417,14 +417,24 @@ def _rule_fires(
     """Whether ``rule`` applies to ``words`` (program first; ``args`` are the rest
     as the program reads them; ``options`` the indexes of args that may be
     options), and where."""
-    if (
-        rule.unless_any
-        and any(w.value in rule.unless_any for w in args)
-        # A negation (--no-get, or abbreviated --no-g) undoes the exempting option,
-        # as git's parse-options reads it.
-        and not any(_negates(w, rule.unless_any) for w in args)
-    ):
-        return None
+    if rule.unless_any:
+        # git config reads options only up to its first operand: 'git config NAME VALUE
+        # --get' sets NAME. An exempting option counts only before the first operand
+        # after the subcommand.
+        head: list[Word] = []
+        seen_sub = not rule.subcommands
+        for w in args:
+            if not seen_sub:
+                seen_sub = w.value in rule.subcommands
+                continue
+            if w.value is None or not w.value.startswith("-"):
+                break
+            head.append(w)
+        if (any(w.value in rule.unless_any for w in head)
+                # A negation (--no-get, or abbreviated --no-g) undoes the exempting
+                # option, as git's parse-options reads it.
+                and not any(_negates(w, rule.unless_any) for w in args)):
+            return None
     program = rule.program or ""
     label = program
     if rule.subcommands:
@@ -759,6 +769,10 @@ class BashToolPolicy:
             if redirect.operator == ">&" and target is not None and target.value is not None:
                 if target.value.isdigit() or target.value == "-":
                     continue  # 2>&1: a descriptor, not a file
+            elif redirect.operator in ("<", "<>"):
+                # reading a file into a program that copies stdin out ('git name-rev
+                # --annotate-stdin < FILE') prints it: a read no prefix names
+                pass
             elif redirect.operator not in _WRITE_REDIRECTS:
                 continue
             if target is None or target.value != "/dev/null":

@@ -623,7 +623,7 @@ async def run_bash(
                 # Also when the spawner is gone (reap raised): nothing may be left.
                 await tree.aclose()
                 if tmpdir is not None:
-                    shutil.rmtree(tmpdir, ignore_errors=True)
+                    _remove_tree(tmpdir)
     if setup_error is not None:
         raise SandboxError(
             f"the spawner could not set up the child process: {setup_error}: moving it "
@@ -784,3 +784,21 @@ def detect_protections() -> dict[str, Any]:
         else "only by processes of the same uid (the command runs as this uid)"
     )
     return report
+
+
+def _remove_tree(path: str) -> None:
+    """Remove a run's TMPDIR whatever the command left in it. shutil.rmtree recurses
+    once per directory level and works on whole paths: 1,500 nested directories raised
+    RecursionError out of the tool call and left the directory behind, and deeper trees
+    pass PATH_MAX. GNU rm walks any depth with openat (fts): it is the fallback."""
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        pass
+    if os.path.lexists(path):
+        import subprocess
+
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["rm", "-rf", "--one-file-system", "--", path],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=60, check=False)
