@@ -393,3 +393,140 @@ async def test_a_request_that_expires_while_the_provider_sleeps_on_notify_times_
     assert took < 5  # no notification comes: the expiry itself ends the sleep
     runner.store.close()
     provider.store.close()
+
+
+# -- one round trip per step: the server-side functions' fall-backs ---------------------
+
+def _deferred_runner(url: str, ran: list[int], **options: Any) -> ToolRunner:
+    async def act(n: int) -> dict[str, Any]:
+        ran.append(n)
+        return {"n": n}
+
+    return ToolRunner([FunctionTool(act, name="act", require_confirmation=True)],
+                      store=open_store(url, **options))
+
+
+@pytest.mark.anyio
+async def test_a_parked_request_changed_in_the_store_is_judged_as_stored(pg_url: str
+                                                                         ) -> None:
+    ran: list[int] = []
+    runner = _deferred_runner(pg_url, ran)
+    parked = await runner.call("act", {"n": 1})
+    rid = parked["confirmation_id"]
+    assert runner.store.parked_request(rid) is not None  # the one-round-trip path is tried
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE requests SET args = %s WHERE id = %s", ('{"n": 666}', rid))
+    result = await runner.resume(rid, True)
+    assert ran == [] and result["status"] == "error", result
+    assert "do not match its digest" in result["error"]
+    assert runner.store.get_request(rid).status == "error"
+    runner.store.close()
+
+
+@pytest.mark.anyio
+async def test_an_answer_waiting_from_another_channel_still_wins_over_resume(pg_url: str
+                                                                             ) -> None:
+    ran: list[int] = []
+    runner = _deferred_runner(pg_url, ran)
+    rid = (await runner.call("act", {"n": 2}))["confirmation_id"]
+    web = open_store(pg_url)
+    web.submit_answer(rid, {"confirmed": False}, decided_by="alice", channel="web")
+    result = await runner.resume(rid, True)  # an approval contradicting alice's denial
+    assert ran == [] and result["status"] != "ok", result
+    assert "alice" in json.dumps(result), result
+    assert web.get_request(rid).status == "pending"  # her answer waits to be applied
+    denied = await runner.resume(rid)
+    assert denied["status"] == "denied" and ran == [], denied
+    web.close()
+    runner.store.close()
+
+
+@pytest.mark.anyio
+async def test_a_request_decided_elsewhere_first_is_not_decided_again(pg_url: str) -> None:
+    ran: list[int] = []
+    runner = _deferred_runner(pg_url, ran)
+    rid = (await runner.call("act", {"n": 3}))["confirmation_id"]
+    other = open_store(pg_url)
+    other.decide(rid, status="denied", outcome="deny", decided_by="bob")
+    result = await runner.resume(rid, True)
+    assert ran == [] and "already answered" in result["error"], result
+    assert [s for s, _, _ in runner.store.journal(result["call_id"])] == [
+        "new", "awaiting", "denied"]
+    other.close()
+    runner.store.close()
+
+
+@pytest.mark.anyio
+async def test_opening_and_parking_in_one_round_trip_keeps_the_bounds_and_rules(
+        pg_url: str) -> None:
+    ran: list[int] = []
+    runner = _deferred_runner(pg_url, ran, max_pending=1)
+    first = await runner.call("act", {"n": 4})
+    assert first["status"] == "awaiting_confirmation", first
+    second = await runner.call("act", {"n": 5})
+    assert second["status"] == "error" and "max_pending=1" in second["error"], second
+    # A rule added after a park that found none is seen by the next call at once.
+    runner.rules.add(tool="act", kind="tool", scope="always", ttl=60)
+    await runner.resume(first["confirmation_id"], False)
+    third = await runner.call("act", {"n": 6})
+    assert third == {"n": 6} and ran == [6], third
+    runner.store.close()
+
+
+def test_a_failed_claim_in_the_decision_rolls_the_decision_back(pg_url: str) -> None:
+    store = open_store(pg_url)
+    store.open_call("c1", "t", "d1", {"x": 1})
+    rid, _ = store.park(call_id="c1", tool="t", args={"x": 1}, digest="d1", hint="",
+                        payload=None, kind="static", expires_at=None)
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # the call moved meanwhile
+        conn.execute("CREATE FUNCTION block_claim() RETURNS trigger LANGUAGE plpgsql AS "
+                     "$$ BEGIN IF NEW.state = 'started' THEN RETURN NULL; END IF; "
+                     "RETURN NEW; END $$")
+        conn.execute("CREATE TRIGGER block_claim BEFORE UPDATE ON calls FOR EACH ROW "
+                     "EXECUTE FUNCTION block_claim()")
+    with pytest.raises(Exception, match="no longer waiting"):
+        store.decide(rid, status="approved", outcome="approve", decided_by="t", start=True)
+    assert store.get_request(rid).status == "pending"
+    assert store.get_call("c1").state == "awaiting"
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_a_step_that_would_wait_for_the_lock_leaves_the_event_loop_free(
+        pg_url: str) -> None:
+    """Steps run on the caller's thread over a unix socket (`run_now`) only while they
+    wait for nothing: with another process holding the store's lock, the call goes to
+    the worker thread and the event loop keeps running until the lock is released."""
+    import anyio
+
+    from sandbox.approval.store.postgres import _TX_LOCK
+
+    ran: list[int] = []
+    runner = _deferred_runner(pg_url, ran)
+    store = runner.store
+    assert store._local  # the test cluster listens on a unix socket only
+    rid = (await runner.call("act", {"n": 1}))["confirmation_id"]  # warm, inline
+    holder = psycopg.connect(pg_url)  # a transaction of another process holds the lock
+    holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_TX_LOCK, store._key))
+    ticks = 0
+    done = anyio.Event()
+
+    async def tick() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            await anyio.sleep(0.01)
+
+    async def release() -> None:
+        await anyio.sleep(0.5)
+        holder.rollback()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tick)
+        tg.start_soon(release)
+        result = await runner.resume(rid, True)
+        done.set()
+    assert result == {"n": 1} and ran == [1], result
+    assert ticks >= 20, ticks  # the loop ran while the resume waited for the lock
+    holder.close()
+    store.close()

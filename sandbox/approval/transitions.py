@@ -77,9 +77,19 @@ class Transitions:
         self.rules = rules
         self.step = StoreSteps(store)
         self._batches = bool(getattr(store, "batches", False))
-        # A SQLite file runs a step right here when that cannot wait (`run_now`).
+        # A SQLite file (or PostgreSQL over a unix socket) runs a step right here when
+        # that cannot wait (`run_now`).
         self._now: Callable[[Callable[[], Any]], tuple[bool, Any]] | None = (
             getattr(store, "run_now", None) if self.step.blocking else None)
+        # A store that opens a call and parks its request in one operation (PostgreSQL:
+        # one round trip instead of two).
+        self._open_and_park: Callable[..., CallRecord | tuple[str, float]] | None = (
+            getattr(store, "open_and_park", None))
+        # A store that remembers the requests it parked and records a decision judged
+        # on one only while the stored request is still exactly it (PostgreSQL: the
+        # read and the decision of `read_and_decide` in one round trip).
+        self._parked_request: Callable[[str], ConfirmationRequest | None] | None = (
+            getattr(store, "parked_request", None))
 
     async def _in_step(self, body: Callable[[], T]) -> T:
         return body() if not self.step.blocking else await self.step(body)
@@ -147,10 +157,7 @@ class Transitions:
         """Open a call that needs a human, park its request and find the rules that
         approve it."""
         def step() -> CallRecord | tuple[Asked, list[Rule] | None]:
-            rec = self._open(call)
-            if rec is not None:
-                return rec
-            return self._park(call, park)
+            return self._open_park(call, park)
 
         return step() if not self.step.blocking and not self._batches else (
             await self._atomic(step))
@@ -164,10 +171,10 @@ class Transitions:
         record that answer's decision, claiming the grant with it: one store step, with
         the same records and events as parking and deciding one after the other."""
         def step() -> CallRecord | tuple[Asked, Decision, Plan, NotRun | None]:
-            rec = self._open(call)
-            if rec is not None:
-                return rec
-            asked, rules = self._park(call, park)
+            opened = self._open_park(call, park)
+            if isinstance(opened, CallRecord):
+                return opened
+            asked, rules = opened
             answer = answer_for(rules)
             decided = plan_for(answer)
             try:
@@ -261,12 +268,34 @@ class Transitions:
         one store step."""
         return await self._atomic(lambda: self._park(call, park))
 
+    def _open_park(self, call: Call, park: Park,
+                   ) -> CallRecord | tuple[Asked, list[Rule] | None]:
+        """Open the call and park its request: the existing record if the id is known."""
+        fused = self._open_and_park
+        if fused is None:
+            rec = self._open(call)
+            if rec is not None:
+                return rec
+            return self._park(call, park)
+        opened = fused(
+            call_id=call.call_id, tool=call.name, digest=call.digest, args=call.args,
+            session_id=call.session_id, args_json=call.args_json, hint=park.hint,
+            payload=park.payload, kind=park.kind, expires_at=park.expires,
+            details=park.details, edited_from=park.edited_from)
+        if isinstance(opened, CallRecord):
+            return opened
+        return self._parked(call, park, *opened)
+
     def _park(self, call: Call, park: Park) -> tuple[Asked, list[Rule] | None]:
         rid, created = self.store.park(
             call_id=call.call_id, tool=call.name, args=call.args, digest=call.digest,
             hint=park.hint, payload=park.payload, kind=park.kind, expires_at=park.expires,
             details=park.details, edited_from=park.edited_from, session_id=call.session_id,
             args_json=call.args_json)
+        return self._parked(call, park, rid, created)
+
+    def _parked(self, call: Call, park: Park, rid: str, created: float,
+                ) -> tuple[Asked, list[Rule] | None]:
         # A tool asking from inside wants a human's payload, never a rule's answer.
         rules = None if park.kind == "tool" else self.rules.match(
             call.name, call.args, subjects=park.subjects, session_id=park.rule_session)
@@ -299,6 +328,10 @@ class Transitions:
         make the decision, and record it: one store step. ``judge`` must not touch the
         store or the audit; what it refused is audited here."""
         def step() -> Judged:
+            if self._parked_request is not None and not with_answer:
+                fast = self._decide_parked(confirmation_id, judge)
+                if fast is not None:
+                    return fast
             req = self.store.get_request(confirmation_id)
             recorded = self.store.get_answer(confirmation_id) if with_answer else None
             judged = judge(req, recorded)
@@ -316,6 +349,40 @@ class Transitions:
 
         return step() if not self.step.blocking and not self._batches else (
             await self._atomic(step))
+
+    def _decide_parked(self, confirmation_id: str,
+                       judge: Callable[[ConfirmationRequest, dict[str, Any] | None], Judged],
+                       ) -> Judged | None:
+        """`read_and_decide`'s common case without reading the request back: judged on
+        the request as this store parked it, and recorded only if the stored one is
+        still exactly that (and pending). None, with nothing written or audited, for
+        anything else: the caller then reads, judges and records as usual."""
+        assert self._parked_request is not None
+        req = self._parked_request(confirmation_id)
+        if req is None:
+            return None
+        try:
+            judged = judge(req, None)
+        except Exception:  # judged again on the stored request, which raises as it may
+            return None
+        plan = judged.plan
+        if judged.refusal is not None or judged.call is None or plan is None:
+            return None
+        decision = plan.decision
+        try:
+            done = self.store.decide_parked(  # type: ignore[attr-defined]
+                req.id, status=plan.status, outcome=plan.outcome, reason=plan.reason,
+                decided_by=decision.decided_by if decision is not None else None,
+                channel=(decision.channel if decision is not None else None) or plan.channel,
+                decision=None if decision is None else recorded_form(decision),
+                call_result=plan.result, start=plan.start)
+        except ConfirmationStateError as exc:  # the grant could not be claimed
+            judged.refusal = self._refusal(judged.call, req, plan, exc)
+            return judged
+        if not done:
+            return None
+        self._recorded(judged.call, req, plan)
+        return judged
 
     def _record(self, req: Request, plan: Plan) -> None:
         """Record ``plan`` as the request's one decision (raises if it has one already,

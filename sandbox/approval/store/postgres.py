@@ -5,7 +5,15 @@ and command lines of many hosts.
 ``?options=-csearch_path%3Dname`` picks the schema, so one database can hold several
 stores). Needs the ``postgres`` extra: ``pip install 'sandbox[postgres]'`` (psycopg 3).
 
-The operations are `SQLApprovalStore`'s (store/sql.py), the same statements SQLite runs:
+The operations are `SQLApprovalStore`'s (store/sql.py), the same statements SQLite runs,
+except the gate's hot steps, which are server-side functions (migration 2) so that each
+is one round trip: ``sandbox_open_park`` (open a call and park its request),
+``sandbox_park``, and ``sandbox_decide`` (the common case of a decision, claiming the
+grant with it; with the row a request was parked with, it decides only while the stored
+request is still exactly that row, so `ToolRunner.resume` need not read it back). They
+take the same advisory lock and guards as the statements they replace, and anything
+outside their common case writes nothing and runs the general SQL path. Over a unix
+socket a step may run on the caller's thread (`run_now`) while it waits for nothing.
 
 - claims are guarded ``UPDATE ... WHERE state=... [RETURNING]``: under READ COMMITTED a
   second claimer blocks on the row and re-checks the guard against the committed row, so
@@ -41,15 +49,20 @@ import re
 import select
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ...errors import StoreError
+from ...errors import ConfirmationStateError, StoreError
+from ..models import ConfirmationRequest, Rule, canonical_json
 from .base import MAX_PENDING_PER_SESSION
+from .records import HUMAN_OUTCOMES, CallRecord, Owner, dump, new_id, request_from_row
 from .sql import RULE_COLUMNS, SQLApprovalStore, lease_seconds
+from .states import PARKABLE
 
 _log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Advisory lock classes (the first key of the two-key form; the second is the schema's).
 _TX_LOCK = 0x5A1D
@@ -110,12 +123,171 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TRIGGER calls_journal_state AFTER UPDATE OF state ON calls "
         "FOR EACH ROW EXECUTE FUNCTION calls_journal()",
     ),
+    (  # 2: the gate's steps as server-side functions: one round trip each
+        # sandbox_park: `SQLApprovalStore.park`'s transaction (advisory lock, the bounds,
+        # the guarded update, the request) in one statement. code 0: parked (has_rules:
+        # whether any rule of this tool is active); 1: max_pending reached (n: pending);
+        # 2: the call is not in progress here; 3: the session's cap reached (n: its
+        # pending); 9: p_try and the lock is taken (not waited for). Nothing is written
+        # unless code is 0.
+        """CREATE FUNCTION sandbox_park(
+            p_lock INTEGER, p_key INTEGER, p_try BOOLEAN, p_parkable TEXT[], p_max BIGINT,
+            p_max_session BIGINT, p_owner TEXT, p_rid TEXT, p_call TEXT, p_tool TEXT,
+            p_args TEXT, p_digest TEXT, p_hint TEXT, p_payload TEXT, p_kind TEXT,
+            p_details TEXT, p_now DOUBLE PRECISION, p_expires DOUBLE PRECISION,
+            p_edited_from TEXT, p_session TEXT,
+            OUT code INTEGER, OUT n BIGINT, OUT has_rules BOOLEAN)
+            LANGUAGE plpgsql SET search_path FROM CURRENT
+            SET plan_cache_mode = force_generic_plan AS $$
+            DECLARE
+                total BIGINT;
+                mine BIGINT := 0;
+            BEGIN
+                IF NOT p_try THEN
+                    PERFORM pg_advisory_xact_lock(p_lock, p_key);
+                ELSIF NOT pg_try_advisory_xact_lock(p_lock, p_key) THEN
+                    code := 9; RETURN;
+                END IF;
+                SELECT COUNT(*) INTO total FROM requests WHERE status = 'pending';
+                IF total >= p_max THEN
+                    code := 1; n := total; RETURN;
+                END IF;
+                IF p_session IS NOT NULL AND p_max_session IS NOT NULL THEN
+                    SELECT COUNT(*) INTO mine FROM requests
+                        WHERE status = 'pending' AND session_id = p_session;
+                END IF;
+                IF p_max_session IS NOT NULL AND mine >= p_max_session THEN
+                    PERFORM 1 FROM calls WHERE call_id = p_call
+                        AND state = ANY(p_parkable) AND owner = p_owner;
+                    code := CASE WHEN FOUND THEN 3 ELSE 2 END; n := mine; RETURN;
+                END IF;
+                UPDATE calls SET state = 'awaiting', request_id = p_rid, owner = p_owner,
+                    updated = p_now, note = p_rid
+                    WHERE call_id = p_call AND state = ANY(p_parkable) AND owner = p_owner;
+                IF NOT FOUND THEN
+                    code := 2; n := total; RETURN;
+                END IF;
+                INSERT INTO requests(id, call_id, tool, args, digest, hint, payload, kind,
+                    details, status, created, expires, edited_from, session_id)
+                    VALUES (p_rid, p_call, p_tool, p_args, p_digest, p_hint, p_payload,
+                            p_kind, p_details, 'pending', p_now, p_expires, p_edited_from,
+                            p_session);
+                has_rules := EXISTS (SELECT 1 FROM rules WHERE tool = p_tool
+                    AND revoked IS NULL AND expires > p_now);
+                code := 0; n := total;
+            END $$""",
+        # sandbox_decide: the common case of `SQLApprovalStore.decide` in one statement
+        # (advisory lock; a pending, unexpired request with no human answer waiting when
+        # this decision is a human's; its call moved, the answer notified, the grant
+        # claimed when p_start; with p_expect, only while every column of the request
+        # still holds the e_ values the decision was judged on). code 0: recorded; 1: not
+        # the common case, nothing written (the caller runs the general transaction);
+        # 9: p_try and the lock is taken (not waited for), nothing written. A claim that
+        # fails raises SQLSTATE SB001: the whole statement, decision too, is rolled back.
+        """CREATE FUNCTION sandbox_decide(
+            p_lock INTEGER, p_key INTEGER, p_try BOOLEAN, p_rid TEXT, p_status TEXT,
+            p_now DOUBLE PRECISION, p_outcome TEXT, p_reason TEXT, p_decided_by TEXT,
+            p_channel TEXT, p_decision TEXT, p_human BOOLEAN, p_notify TEXT,
+            p_call_state TEXT, p_grant BOOLEAN, p_owner TEXT, p_result TEXT, p_note TEXT,
+            p_start BOOLEAN, p_expect BOOLEAN, e_call TEXT, e_tool TEXT, e_args TEXT,
+            e_digest TEXT, e_hint TEXT, e_payload TEXT, e_kind TEXT, e_details TEXT,
+            e_created DOUBLE PRECISION, e_expires DOUBLE PRECISION, e_edited_from TEXT,
+            e_session TEXT,
+            OUT code INTEGER, OUT r_call TEXT, OUT r_digest TEXT)
+            LANGUAGE plpgsql SET search_path FROM CURRENT
+            SET plan_cache_mode = force_generic_plan AS $$
+            BEGIN
+                IF NOT p_try THEN
+                    PERFORM pg_advisory_xact_lock(p_lock, p_key);
+                ELSIF NOT pg_try_advisory_xact_lock(p_lock, p_key) THEN
+                    code := 9; RETURN;
+                END IF;
+                UPDATE requests SET status = p_status, decided = p_now, outcome = p_outcome,
+                    reason = p_reason, decided_by = p_decided_by, channel = p_channel,
+                    decision = p_decision
+                    WHERE id = p_rid AND status = 'pending'
+                    AND (expires IS NULL OR p_now <= expires)
+                    AND NOT (p_human AND EXISTS (SELECT 1 FROM answers
+                                                 WHERE request_id = p_rid))
+                    AND (NOT p_expect OR (call_id = e_call AND tool = e_tool
+                        AND args = e_args AND digest = e_digest AND hint = e_hint
+                        AND payload IS NOT DISTINCT FROM e_payload AND kind = e_kind
+                        AND details IS NOT DISTINCT FROM e_details AND created = e_created
+                        AND expires IS NOT DISTINCT FROM e_expires
+                        AND edited_from IS NOT DISTINCT FROM e_edited_from
+                        AND session_id IS NOT DISTINCT FROM e_session))
+                    RETURNING requests.call_id, requests.digest INTO r_call, r_digest;
+                IF NOT FOUND THEN
+                    code := 1; RETURN;
+                END IF;
+                PERFORM pg_notify(p_notify, p_rid);
+                UPDATE calls SET state = p_call_state,
+                    grant_digest = CASE WHEN p_grant THEN r_digest END, owner = p_owner,
+                    result = p_result, updated = p_now, note = p_note
+                    WHERE call_id = r_call AND state = 'awaiting' AND request_id = p_rid;
+                IF p_start THEN
+                    UPDATE calls SET state = 'started', owner = p_owner, grant_digest = NULL,
+                        updated = p_now, note = r_digest
+                        WHERE call_id = r_call AND ((state = 'approved' AND grant_digest = r_digest)
+                            OR (state = 'new' AND calls.digest = r_digest AND owner = p_owner));
+                    IF NOT FOUND THEN
+                        RAISE EXCEPTION 'call % of confirmation % is no longer waiting for it',
+                            r_call, p_rid
+                            USING ERRCODE = 'SB001';
+                    END IF;
+                END IF;
+                code := 0;
+            END $$""",
+        # sandbox_open_park: `open_call`'s insert, then sandbox_park. code 4: the call id
+        # is known already, nothing written (the caller opens it the general way); 9:
+        # p_try and the lock is taken, nothing written (the lock is tried first).
+        """CREATE FUNCTION sandbox_open_park(
+            p_lock INTEGER, p_key INTEGER, p_try BOOLEAN, p_parkable TEXT[], p_max BIGINT,
+            p_max_session BIGINT, p_owner TEXT, p_rid TEXT, p_call TEXT, p_tool TEXT,
+            p_args TEXT, p_digest TEXT, p_hint TEXT, p_payload TEXT, p_kind TEXT,
+            p_details TEXT, p_now DOUBLE PRECISION, p_expires DOUBLE PRECISION,
+            p_edited_from TEXT, p_session TEXT,
+            OUT code INTEGER, OUT n BIGINT, OUT has_rules BOOLEAN)
+            LANGUAGE plpgsql SET search_path FROM CURRENT
+            SET plan_cache_mode = force_generic_plan AS $$
+            BEGIN
+                IF p_try AND NOT pg_try_advisory_xact_lock(p_lock, p_key) THEN
+                    code := 9; RETURN;
+                END IF;
+                INSERT INTO calls(call_id, tool, digest, args, state, owner, session_id,
+                                  created, updated)
+                    VALUES (p_call, p_tool, p_digest, p_args, 'new', p_owner, p_session,
+                            p_now, p_now)
+                    ON CONFLICT DO NOTHING;
+                IF NOT FOUND THEN
+                    code := 4; RETURN;
+                END IF;
+                SELECT p.code, p.n, p.has_rules INTO code, n, has_rules
+                    FROM sandbox_park(p_lock, p_key, FALSE, p_parkable, p_max, p_max_session,
+                                      p_owner, p_rid, p_call, p_tool, p_args, p_digest,
+                                      p_hint, p_payload, p_kind, p_details, p_now,
+                                      p_expires, p_edited_from, p_session) p;
+            END $$""",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
 assert RULE_COLUMNS.count(",") == 17  # the rules table above has these 18 columns
 
-_READ = re.compile(r"\s*SELECT\b(?![^;]*\bpg_notify\b)", re.IGNORECASE)
+# A read may be sent again on a new connection; pg_notify and our functions write.
+_READ = re.compile(r"\s*SELECT\b(?![^;]*\b(?:pg_notify|sandbox_\w+)\s*\()", re.IGNORECASE)
+
+#: How long a park's "no rule of this tool is active" stands in for the rule lookup
+#: that follows it in the same gate step (seconds; see `PostgresApprovalStore.park`).
+_RULES_HINT_SECONDS = 0.5
+
+#: Requests parked here whose rows are remembered for `parked_request` (the newest;
+#: arguments longer than _PARKED_MAX_ARGS characters are not remembered).
+_PARKED_KEEP = 1024
+_PARKED_MAX_ARGS = 4096
+
+#: The states a call may wait for a human from, as sandbox_park takes them.
+_PARKABLE = sorted(str(state) for state in PARKABLE)
 
 
 #: What the server says while it cannot take connections yet (SQLSTATE 57P03).
@@ -125,6 +297,12 @@ _STARTING = ("the database system is starting up", "the database system is not y
 
 class _Starting(Exception):
     pass
+
+
+class _WouldWait(BaseException):
+    """Raised inside `PostgresApprovalStore.run_now` before anything is written, where
+    the step would wait (a lock another process holds, a reconnect): the step is run on
+    the worker thread instead. A BaseException: no handler in a step may swallow it."""
 
 
 def redacted(url: str) -> str:
@@ -229,6 +407,14 @@ class PostgresApprovalStore(SQLApprovalStore):
         self._listener: threading.Thread | None = None
         self._listening = threading.Event()
         self._listen_error: str | None = None
+        # (thread, tool, monotonic deadline): a park found no active rule of this tool.
+        self._no_rules: tuple[int, str, float] | None = None
+        # `run_now`: a step is running on the caller's thread; whether it wrote yet.
+        self._inline = False
+        self._inline_wrote = False
+        # The rows of requests this store parked, as written (`parked_request`).
+        self._parked: collections.OrderedDict[str, tuple[Any, ...]] = (
+            collections.OrderedDict())
         conn = self._connect(wait_for_start=True)
         self._conn = conn
         try:
@@ -241,6 +427,8 @@ class PostgresApprovalStore(SQLApprovalStore):
             raise StoreError(
                 f"cannot open approval store {self.url}: its search_path names no schema "
                 "that exists; create the schema first (CREATE SCHEMA ...)")
+        # A server on this host, reached over a unix socket (`run_now`).
+        self._local = str(conn.info.host or "").startswith("/")
         self.schema = str(schema)
         digest = hashlib.sha256(self.schema.encode()).digest()
         self._key = int.from_bytes(digest[:4], "big", signed=True)
@@ -322,6 +510,8 @@ class PostgresApprovalStore(SQLApprovalStore):
             raise StoreError(f"approval store {self.url} was closed; open a new one")
         if self._healthy(self._conn):
             return self._conn
+        if self._inline and not self._inline_wrote:
+            raise _WouldWait  # reconnecting waits: on the worker thread
         self._drop()
         deadline = time.monotonic() + self.reconnect_timeout
         while True:
@@ -353,12 +543,15 @@ class PostgresApprovalStore(SQLApprovalStore):
             "or raise busy_timeout")
 
     def _x(self, sql: str, params: Sequence[Any] = (), *, retry: bool = False) -> Any:
+        self._no_rules = None  # any other statement in between: the hint is stale
         args = tuple(params) or None
         q = self._query(sql) if args else sql
         with self._lock:
             if self._in_tx:
                 return self._conn.execute(q, args)
             conn = self._live()
+            if self._inline and not _READ.match(sql):
+                self._inline_wrote = True  # (from here on the step cannot move)
             try:
                 return conn.execute(q, args)
             except self._pg.errors.LockNotAvailable as exc:
@@ -375,17 +568,24 @@ class PostgresApprovalStore(SQLApprovalStore):
                 raise self._lost(exc, "twice while reading") from None
 
     def _xmany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._no_rules = None
         with self._lock:
             conn = self._conn if self._in_tx else self._live()
+            self._inline_wrote = self._inline_wrote or self._inline
             with conn.cursor() as cur:
                 cur.executemany(self._query(sql), [tuple(r) for r in rows])
 
     @contextlib.contextmanager
     def _tx(self, lock: int = _TX_LOCK) -> Iterator[None]:
+        self._no_rules = None
         with self._lock:
             if self._in_tx:  # nested: part of the enclosing transaction
                 yield
                 return
+            if self._inline:
+                if not self._inline_wrote:
+                    raise _WouldWait  # its lock may wait: on the worker thread
+                self._inline_wrote = True
             for attempt in (1, 2):  # nothing ran yet: a lost connection is tried again
                 conn = self._live()
                 try:
@@ -446,6 +646,248 @@ class PostgresApprovalStore(SQLApprovalStore):
                     self._conn.execute(statement)
                 self._x(f"INSERT INTO schema_version(version, applied) VALUES (?, "
                         f"{self._SQL_NOW})", (version,))
+
+    # -- the gate's steps, one round trip each (migration 2's functions) --------------
+
+    def run_now(self, body: Callable[[], T]) -> tuple[bool, T | None]:
+        """Run ``body`` (a gate step: one to three round trips) right here, on the
+        caller's thread, when that does not wait on anything but the local server's
+        reply: ``(True, its result)``; ``(False, None)``, with nothing written, when it
+        would (the caller then runs it on the store's worker thread).
+
+        Only over a unix socket (a server on this host: a round trip is tens of µs;
+        over TCP the worker thread keeps the event loop free while the network
+        answers), only when no other thread is using the connection and it is healthy
+        (a reconnect waits). Inside, until the step has written something, the store's
+        lock is only tried (``pg_try_advisory_xact_lock``), never waited for, and a
+        transaction that would take it (the general paths) moves the step to the
+        worker thread instead; after a write the step cannot move and finishes here
+        (the fast path of each step is one statement, so that is after its last
+        write or a rule's bookkeeping). A row lock held by another process's one
+        statement is still waited for (bounded by ``busy_timeout``), as on the worker.
+        """
+        if not self._local or self._closed or not self._lock.acquire(blocking=False):
+            return False, None
+        try:
+            if self._in_tx or self._inline or not self._healthy(self._conn):
+                return False, None
+            self._inline, self._inline_wrote = True, False
+            try:
+                return True, body()
+            except _WouldWait:
+                return False, None
+            finally:
+                self._inline = False
+        finally:
+            self._lock.release()
+
+    def park(
+        self, *, call_id: str, tool: str, args: dict[str, Any], digest: str, hint: str,
+        payload: Any, kind: str, expires_at: float | None,
+        details: dict[str, Any] | None = None, edited_from: str | None = None,
+        session_id: str | None = None, args_json: str | None = None,
+    ) -> tuple[str, float]:
+        """`SQLApprovalStore.park` as one statement: ``sandbox_park`` runs its
+        transaction on the server (the same lock, bounds, guarded update and insert).
+
+        It also reports whether any rule of ``tool`` is active; when none is, the rule
+        lookup the gate makes next on this thread (`active_rules`, within
+        `_RULES_HINT_SECONDS`, with no other statement in between) answers "none"
+        without a round trip: a rule added in that instant is as if added just after.
+        """
+        parked = self._park_fn(
+            "sandbox_park", call_id=call_id, tool=tool, args=args, digest=digest,
+            hint=hint, payload=payload, kind=kind, expires_at=expires_at, details=details,
+            edited_from=edited_from, session_id=session_id, args_json=args_json)
+        assert parked is not None
+        return parked
+
+    def open_and_park(
+        self, *, call_id: str, tool: str, digest: str, args: dict[str, Any],
+        session_id: str | None, args_json: str | None, hint: str, payload: Any, kind: str,
+        expires_at: float | None, details: dict[str, Any] | None,
+        edited_from: str | None,
+    ) -> CallRecord | tuple[str, float]:
+        """`open_call` then `park`, in one round trip when the call id is new (what a
+        gate step that asks a human does first): the existing record when the id is
+        known, else the request's id and creation time. The call is recorded (``new``)
+        even when parking it is refused, as with the two operations one by one."""
+        parked = self._park_fn(
+            "sandbox_open_park", call_id=call_id, tool=tool, args=args, digest=digest,
+            hint=hint, payload=payload, kind=kind, expires_at=expires_at, details=details,
+            edited_from=edited_from, session_id=session_id, args_json=args_json)
+        if parked is not None:
+            self._opened += 1
+            if self.max_history is not None and self._opened % 1024 == 0:
+                with self._tx():
+                    self._prune(self.max_history)
+            return parked
+        rec = self.open_call(call_id, tool, digest, args, session_id, args_json=args_json)
+        if rec is not None:
+            return rec
+        return self.park(call_id=call_id, tool=tool, args=args, digest=digest, hint=hint,
+                         payload=payload, kind=kind, expires_at=expires_at,
+                         details=details, edited_from=edited_from, session_id=session_id,
+                         args_json=args_json)
+
+    def _park_fn(
+        self, function: str, *, call_id: str, tool: str, args: dict[str, Any], digest: str,
+        hint: str, payload: Any, kind: str, expires_at: float | None,
+        details: dict[str, Any] | None, edited_from: str | None, session_id: str | None,
+        args_json: str | None,
+    ) -> tuple[str, float] | None:
+        """Run ``sandbox_park`` or ``sandbox_open_park``: the request's id and creation
+        time; None when the call id is known already (nothing written)."""
+        rid = new_id("cf")
+        now = self._clock()
+        owner = Owner.token()
+        self._hold(owner)
+        text = canonical_json(args) if args_json is None else args_json
+        cap = self.max_pending_per_session if session_id is not None else None
+        with self._lock:
+            wrote = self._inline_wrote
+            try_lock = self._inline and not wrote
+            code, n, has_rules = self._x(
+                f"SELECT code, n, has_rules FROM {function}(?::int, ?::int, ?::boolean, "
+                "?::text[], "
+                "?::bigint, ?::bigint, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::float8, ?::float8, "
+                "?, ?)",
+                (_TX_LOCK, self._key, try_lock, _PARKABLE, self.max_pending, cap, owner, rid,
+                 call_id, tool, text, digest, hint, dump(payload), kind,
+                 dump(details) if details else "{}", now, expires_at, edited_from,
+                 session_id)).fetchone()
+            if code == 0:
+                if not has_rules:
+                    self._no_rules = (threading.get_ident(), tool,
+                                      time.monotonic() + _RULES_HINT_SECONDS)
+                if len(text) <= _PARKED_MAX_ARGS:
+                    self._parked[rid] = (
+                        rid, call_id, tool, text, digest, hint, dump(payload), kind,
+                        dump(details) if details else "{}", "pending", now, expires_at,
+                        edited_from, session_id)
+                    if len(self._parked) > _PARKED_KEEP:
+                        self._parked.popitem(last=False)
+                return rid, now
+            if code in (4, 9) or function == "sandbox_park":
+                self._inline_wrote = wrote  # nothing was (sandbox_open_park's other
+                # refusals leave the call it recorded)
+        if code == 9:
+            raise _WouldWait
+        if code == 4:
+            return None
+        if code == 1:
+            raise ConfirmationStateError(
+                f"{n} confirmation requests are already pending (max_pending="
+                f"{self.max_pending}); answer or expire some, or raise max_pending")
+        if code == 3:
+            raise ConfirmationStateError(
+                f"session {session_id} already has {n} confirmation requests pending "
+                f"(max_pending_per_session={self.max_pending_per_session}); answer or "
+                "expire some first")
+        raise ConfirmationStateError(
+            f"call {call_id} cannot wait for confirmation: it is not in progress here")
+
+    def active_rules(self, tool: str, session_id: str | None, now: float) -> list[Rule]:
+        with self._lock:
+            hint, self._no_rules = self._no_rules, None
+            if hint is not None and hint[:2] == (threading.get_ident(), tool) and (
+                    time.monotonic() < hint[2]):
+                return []
+            return super().active_rules(tool, session_id, now)
+
+    def decide(
+        self,
+        request_id: str,
+        *,
+        status: str,
+        outcome: str | None = None,
+        reason: str | None = None,
+        decided_by: str | None = None,
+        channel: str | None = None,
+        decision: dict[str, Any] | str | None = None,
+        call_result: Any = None,
+        start: bool = False,
+    ) -> None:
+        """`SQLApprovalStore.decide`: its common case (a pending, unexpired request; for
+        a human's decision, no answer waiting from another channel) is one statement,
+        ``sandbox_decide``; anything else writes nothing there and runs the general
+        transaction."""
+        with self._lock:
+            if self._decide_fn(request_id, None, status=status, outcome=outcome,
+                               reason=reason, decided_by=decided_by, channel=channel,
+                               decision=decision, call_result=call_result, start=start):
+                return
+            super().decide(request_id, status=status, outcome=outcome, reason=reason,
+                           decided_by=decided_by, channel=channel, decision=decision,
+                           call_result=call_result, start=start)
+
+    def parked_request(self, request_id: str) -> ConfirmationRequest | None:
+        """The request as this store parked it, when it parked it (recently), without a
+        round trip; None otherwise. Its status says ``pending`` whatever it is now: use
+        it only with `decide_parked`, which records a decision only while the stored
+        request is still exactly this one, and pending."""
+        row = self._parked.get(request_id)
+        return None if row is None else request_from_row(row)
+
+    def decide_parked(
+        self, request_id: str, *, status: str, outcome: str | None = None,
+        reason: str | None = None, decided_by: str | None = None,
+        channel: str | None = None, decision: dict[str, Any] | str | None = None,
+        call_result: Any = None, start: bool = False,
+    ) -> bool:
+        """`decide` for a decision judged on `parked_request`, in one round trip: True
+        when recorded; False, with nothing written, unless the stored request is still
+        pending, unexpired, unanswered by another channel (for a human's decision) and
+        in every column what `parked_request` returned (then judge the request read
+        from the store and `decide`, as for any other). Raises ConfirmationStateError
+        (nothing recorded) when ``start`` and the grant cannot be claimed."""
+        row = self._parked.get(request_id)
+        if row is None:
+            return False
+        with self._lock:
+            done = self._decide_fn(request_id, row, status=status, outcome=outcome,
+                                   reason=reason, decided_by=decided_by, channel=channel,
+                                   decision=decision, call_result=call_result, start=start)
+            if done:
+                self._parked.pop(request_id, None)
+        return done
+
+    def _decide_fn(
+        self, request_id: str, expect: tuple[Any, ...] | None, *, status: str,
+        outcome: str | None, reason: str | None, decided_by: str | None,
+        channel: str | None, decision: dict[str, Any] | str | None, call_result: Any,
+        start: bool,
+    ) -> bool:
+        """``sandbox_decide``: True when it recorded the decision, False when it wrote
+        nothing (not the common case, or the request is not ``expect``'s row)."""
+        now = self._clock()
+        owner = Owner.token()
+        self._hold(owner)
+        decision_text = decision if isinstance(decision, str) else dump(decision)
+        call_state = {"approved": "approved", "edited": "editing"}.get(status, status)
+        e = expect[1:9] + expect[10:] if expect is not None else (None,) * 12
+        wrote = self._inline_wrote
+        try:
+            (code,) = self._x(
+                "SELECT code FROM sandbox_decide(?::int, ?::int, ?::boolean, ?, ?, "
+                "?::float8, ?, ?, "
+                "?, ?, ?, ?::boolean, ?, ?, ?::boolean, ?, ?, ?, ?::boolean, ?::boolean, "
+                "?, ?, ?, ?, ?, ?, ?, ?, ?::float8, ?::float8, ?, ?)",
+                (_TX_LOCK, self._key, self._inline and not wrote, request_id, status, now,
+                 outcome, reason, decided_by, channel, decision_text, outcome in HUMAN_OUTCOMES,
+                 self._channel, call_state, status == "approved", owner,
+                 dump(call_result), f"{request_id} by {decided_by or channel}",
+                 bool(start and status == "approved"), expect is not None, *e)).fetchone()
+        except self._pg.Error as exc:
+            if getattr(exc, "sqlstate", None) != "SB001":
+                raise
+            raise ConfirmationStateError(  # the statement, decision too, rolled back
+                f"{exc.diag.message_primary or exc}; nothing was run") from None
+        if code == 9:
+            raise _WouldWait
+        if code != 0:
+            self._inline_wrote = wrote  # (nothing was)
+        return bool(code == 0)
 
     def close(self) -> None:
         if self._closed:
