@@ -225,3 +225,12 @@ def test_a_file_fed_to_stdin_asks_where_cat_would() -> None:
 def test_whitespace_only_input_is_empty_not_an_internal_error(command: str) -> None:
     decision = BashToolPolicy().check(command)
     assert not decision.allowed and "internal error" not in decision.reason
+
+
+def test_the_git_config_spec_reads_only_even_without_the_r7_table() -> None:
+    specs_only = BashToolPolicy(allowed_command_prefixes=("git config",),
+                                program_specs="builtin", hardening=())
+    for command in ("git config core.fsmonitor cmd", "git config core.fsmonitor cmd --get"):
+        assert not specs_only.check(command).allowed, command
+    for command in ("git config --get core.bare", "git config --list"):
+        assert specs_only.check(command).allowed, command
