@@ -1128,6 +1128,8 @@ class Prepared:
         self._ruleset = -1
         self._rules: _Rules | None = None
         self._etc_generation = 0
+        self._own_mounts = False  # set in the child that made its own mount namespace
+        self._run_paths: tuple[str, ...] = ()  # a zygote's run's TMPDIR, given later
         if c.landlock_abi and (c.landlock_fs or c.landlock_net or c.landlock_scopes):
             self._rules = _cached_rules(c)
             self._ruleset = self._rules.ruleset(c.private_paths)
@@ -1235,11 +1237,11 @@ class Prepared:
         but the paths the command may write. Landlock does not govern chmod, utime or
         extended attributes, and root owns root's files: without this a command could
         chmod 4755 a root binary of the host, or make /etc/passwd writable."""
-        if not getattr(self, "_own_mounts", False) or os.getpid() != 1:
+        if not self._own_mounts or os.getpid() != 1:
             return  # never in a shared mount namespace
         writable = [os.fsencode(p) for p in (*self.confinement.write_paths,
                                              *self.confinement.private_paths,
-                                             *getattr(self, "_run_paths", ()))
+                                             *self._run_paths)
                     if os.path.exists(p)]
         for path in writable:
             self._bind_self(path)

@@ -37,6 +37,7 @@ from .records import (
     CallRecord,
     Owner,
     check_waiting_answer,
+    checked_bounds,
     clock,
     dt,
     dump,
@@ -147,21 +148,14 @@ class MemoryApprovalStore(ApprovalStore):
         max_pending_per_session: int | None = MAX_PENDING_PER_SESSION,
         lease_seconds: float | None = None,
     ) -> None:
-        if max_pending_per_session is not None and max_pending_per_session < 1:
-            raise StoreError("max_pending_per_session must be at least 1 or None, got "
-                             f"{max_pending_per_session}")
+        max_history = checked_bounds(max_pending, max_pending_per_session, max_history,
+                                     unbounded_history=100_000)
         self.max_pending_per_session = max_pending_per_session
         if path is not None:
             raise StoreError(
                 "MemoryApprovalStore keeps everything in this process; for a file use "
                 f"ApprovalStore({str(path)!r})"
             )
-        if max_pending < 1:
-            raise StoreError(f"max_pending must be at least 1, got {max_pending}")
-        if max_history == -1:
-            max_history = 100_000
-        if max_history is not None and max_history < 1:
-            raise StoreError(f"max_history must be at least 1 or None, got {max_history}")
         self.path = None
         self.max_pending = max_pending
         self.max_history = max_history

@@ -56,7 +56,15 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from ...errors import ConfirmationStateError, StoreError
 from ..models import ConfirmationRequest, Rule, canonical_json
 from .base import MAX_PENDING_PER_SESSION
-from .records import HUMAN_OUTCOMES, CallRecord, Owner, dump, new_id, request_from_row
+from .records import (
+    HUMAN_OUTCOMES,
+    CallRecord,
+    Owner,
+    checked_bounds,
+    dump,
+    new_id,
+    request_from_row,
+)
 from .sql import RULE_COLUMNS, SQLApprovalStore, lease_seconds
 from .states import PARKABLE
 
@@ -367,15 +375,8 @@ class PostgresApprovalStore(SQLApprovalStore):
         reconnect_timeout: float = 30.0,
         busy_timeout: float | None = None,
     ) -> None:
-        if max_pending_per_session is not None and max_pending_per_session < 1:
-            raise StoreError("max_pending_per_session must be at least 1 or None, got "
-                             f"{max_pending_per_session}")
-        if max_pending < 1:
-            raise StoreError(f"max_pending must be at least 1, got {max_pending}")
-        if max_history == -1:
-            max_history = None
-        if max_history is not None and max_history < 1:
-            raise StoreError(f"max_history must be at least 1 or None, got {max_history}")
+        max_history = checked_bounds(max_pending, max_pending_per_session, max_history,
+                                     unbounded_history=None)
         if not is_postgres_url(url):
             raise StoreError(f"{redacted(str(url))} is not a postgresql:// URL")
         self.path = None

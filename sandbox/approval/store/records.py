@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil  # type: ignore[import-untyped, unused-ignore]
 
-from ...errors import ConfirmationStateError
+from ...errors import ConfirmationStateError, StoreError
 from ..models import ConfirmationRequest
 from .states import PRUNABLE, TERMINAL
 
@@ -39,6 +39,23 @@ class CallRecord:
     session_id: str | None
     created: float
     updated: float
+
+
+def checked_bounds(max_pending: int, max_pending_per_session: int | None,
+                   max_history: int | None, *, unbounded_history: int | None
+                   ) -> int | None:  # fmt: skip
+    """Check a store's size bounds (a clear error naming the bad one); return its
+    ``max_history``, where -1 means the backend's default ``unbounded_history``."""
+    if max_pending_per_session is not None and max_pending_per_session < 1:
+        raise StoreError("max_pending_per_session must be at least 1 or None, got "
+                         f"{max_pending_per_session}")
+    if max_pending < 1:
+        raise StoreError(f"max_pending must be at least 1, got {max_pending}")
+    if max_history == -1:
+        max_history = unbounded_history
+    if max_history is not None and max_history < 1:
+        raise StoreError(f"max_history must be at least 1 or None, got {max_history}")
+    return max_history
 
 
 def clock() -> float:

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from ...errors import StoreError
 from .base import MAX_PENDING_PER_SESSION
-from .records import clock
+from .records import checked_bounds, clock
 from .sql import RULE_COLUMNS, SQLApprovalStore, lease_seconds
 
 # 2: calls.note and the journal triggers; 3: worker leases (1 and 2 are migrated on open)
@@ -167,22 +167,15 @@ class SQLiteApprovalStore(SQLApprovalStore):
         max_pending_per_session: int | None = MAX_PENDING_PER_SESSION,
         lease_seconds: float | None = None,
     ) -> None:
-        if max_pending_per_session is not None and max_pending_per_session < 1:
-            raise StoreError("max_pending_per_session must be at least 1 or None, got "
-                             f"{max_pending_per_session}")
-        self.max_pending_per_session = max_pending_per_session
-        if max_pending < 1:
-            raise StoreError(f"max_pending must be at least 1, got {max_pending}")
         self.path = None if path is None or str(path) == ":memory:" else Path(path)
-        self.max_pending = max_pending
         # Finished calls are kept so that a repeated call id is answered from its record
         # instead of running again. In memory that record must be bounded; a file keeps
         # everything unless told otherwise (-1 means: 100,000 in memory, unbounded on disk).
-        if max_history == -1:
-            max_history = 100_000 if self.path is None else None
-        if max_history is not None and max_history < 1:
-            raise StoreError(f"max_history must be at least 1 or None, got {max_history}")
-        self.max_history = max_history
+        self.max_history = checked_bounds(
+            max_pending, max_pending_per_session, max_history,
+            unbounded_history=100_000 if self.path is None else None)
+        self.max_pending_per_session = max_pending_per_session
+        self.max_pending = max_pending
         self.lease = _lease(lease_seconds)
         self._shared = self.path is not None  # ":memory:" is this process's alone
         self._opened = 0
