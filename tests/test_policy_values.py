@@ -234,3 +234,14 @@ def test_the_git_config_spec_reads_only_even_without_the_r7_table() -> None:
         assert not specs_only.check(command).allowed, command
     for command in ("git config --get core.bare", "git config --list"):
         assert specs_only.check(command).allowed, command
+
+
+def test_last_round_findings() -> None:
+    # git grep -f reads patterns from any file and prints a line of it in its error
+    assert not GIT_READONLY.check("git grep -E -f /etc/login.defs").allowed
+    # commit signing with gpg.format=ssh runs gpg.ssh.defaultKeyCommand from the repo
+    for policy in (GIT_READONLY, PYTHON_DEV):
+        overridden = {policy.env[k]: policy.env[k.replace("KEY", "VALUE")]
+                      for k in policy.env if k.startswith("GIT_CONFIG_KEY_")}
+        assert overridden["gpg.ssh.defaultKeyCommand"] == ""
+        assert int(policy.env["GIT_CONFIG_COUNT"]) == len(overridden)

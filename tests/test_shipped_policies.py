@@ -177,7 +177,8 @@ def test_a_planted_repository_config_runs_no_program_under_git_readonly(tmp_path
                     "-c", "user.email=t@t", "-c", "user.signingkey=t", "commit", "-qam", "two",
                     "-S"], cwd=ws, env=git_env, check=True)
     for key in ("core.fsmonitor", "core.pager", "diff.external", "gpg.program",
-                "gpg.ssh.program", "core.sshCommand", "core.askPass"):
+                "gpg.ssh.program", "core.sshCommand", "core.askPass",
+                "gpg.ssh.defaultKeyCommand"):
         subprocess.run(["git", "config", key, str(plant)], cwd=ws, env=git_env, check=True)
     subprocess.run(["git", "config", "core.hooksPath", str(tmp_path)], cwd=ws, env=git_env,
                    check=True)
