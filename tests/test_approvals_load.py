@@ -49,8 +49,15 @@ def test_on_postgresql_a_killed_worker_is_in_doubt_and_a_restart_loses_nothing()
     assert report["store"] == "postgresql" and report["servers"] == 2
     assert report["worker_killed"] and report["db_restarted"]
     doomed = "w0-1000000000"
-    assert report["swept_in_doubt"] == [doomed] and report["in_doubt"] == [doomed]
+    assert doomed in report["swept_in_doubt"] and doomed in report["in_doubt"]
+    # The kill can also land while another of worker 0's approved calls is running (its
+    # lease taken, its result not yet recorded): that call is in doubt too, rightly. Only
+    # worker 0's calls may be; each ran at most once; every other call ran exactly once.
+    in_doubt = report["in_doubt"]
+    assert all(call.startswith("w0-") for call in in_doubt), in_doubt
+    assert set(report["swept_in_doubt"]) <= set(in_doubt)
     assert report["ran_twice_or_more"] == 0 and report["unexpected_lines"] == 0
-    assert report["ran_once"] == 401 and report["never_ran"] == 0  # the doomed call ran once
-    assert report["not_done_states"] == {"in_doubt": 1}
+    assert report["ran_once"] + report["never_ran"] == 401
+    assert report["never_ran"] <= len(in_doubt) - 1  # the doomed call ran once
+    assert report["not_done_states"] == {"in_doubt": len(in_doubt)}
     assert report["ok"] and proc.returncode == 0, proc.stderr[-2000:]
