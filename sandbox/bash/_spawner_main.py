@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import os
 import select
 import signal
@@ -17,7 +18,7 @@ from typing import Any
 from sandbox.bash.child import (
     needs_pid_namespace,
     preexec_fn,
-    zygote_key,
+    spawn_key,
     zygote_preparation,
     zygote_steps,
 )
@@ -120,21 +121,27 @@ def _child(request: dict[str, Any], out_w: int, err_w: int, passed: list[int],
 
 
 class _Zygote:
-    """A child forked ahead of its request, its namespaces already made (a PID
-    namespace, the network, a mount namespace with a fresh /proc): forking and those
-    namespaces cost ~1-2 ms of CPU, paid here while the agent waits for its model, not
-    while it waits for a command. It serves one request, for the confinement it was
-    prepared for (`key`), then is the command."""
+    """A child forked ahead of its request, already in the cgroups of the run it will
+    be and with its namespaces made (a PID namespace, the network, a mount namespace
+    with a fresh /proc): forking, those namespaces and the cgroup moves cost ~1-2 ms of
+    CPU, and a cgroup move after some idle time waits ~10-20 ms for an RCU grace
+    period (the kernel's cgroup_threadgroup_rwsem); all of it is paid here while the
+    agent waits for its model, not while it waits for a command. It serves one
+    request, for the confinement and the cgroups it was prepared for (`key`: the
+    confinement without the run's private paths, and the cgroup.procs files the agent
+    reserved for the run, see `process.run_bash`), then is the command."""
 
     def __init__(self, key: Any) -> None:
         self.key = key
-        self.prepared, early = zygote_preparation(key)
+        confinement, placement = key
+        self.placement = frozenset(placement)
+        self.prepared, early = zygote_preparation(confinement)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # The agent's way in: offered to it once the zygote is ready, so that its next
         # command goes straight to the zygote, without a round trip through us.
         agents, requests = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            with pid_namespace() if key is not None and key.private_proc else (
+            with pid_namespace() if confinement is not None and confinement.private_proc else (
                     contextlib.nullcontext("")) as problem:  # fmt: skip
                 if problem:
                     raise OSError(problem)
@@ -142,7 +149,7 @@ class _Zygote:
                 if pid == 0:
                     ours.close()
                     agents.close()
-                    _zygote_main(theirs, requests, early, self.prepared)
+                    _zygote_main(theirs, requests, early, self.prepared, placement)
         except BaseException:
             ours.close()
             agents.close()
@@ -161,6 +168,10 @@ class _Zygote:
         if key != self.key or select.select([self.pidfd], [], [], 0)[0]:
             return False
         return self.prepared is None or self.prepared.still_fresh()
+
+    def shares_cgroups(self, key: Any) -> bool:
+        """Whether a run for `key` would be placed in a cgroup this zygote is in."""
+        return _shares_cgroups(self.placement, key)
 
     def discard(self) -> None:
         self.sock.close()  # it exits at end of file; SIGKILL in case it is stuck
@@ -185,13 +196,33 @@ class _Zygote:
 
 
 def _zygote_main(sock: socket.socket, requests: socket.socket, early: Any,
-                 prepared: Any) -> None:  # fmt: skip
-    """In a zygote: namespaces now, then wait for the request (from us, or straight
-    from the agent) and become the command. Never returns."""
+                 prepared: Any, placement: tuple[str, ...]) -> None:  # fmt: skip
+    """In a zygote: its run's cgroups and namespaces now, then wait for the request
+    (from us, or straight from the agent) and become the command. Never returns."""
     started_w = -1
     try:
         _die_with_spawner()
+        # First, as a command's child does: contained before anything else happens.
+        pid = b"%d" % os.getpid()
+        for path in placement:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, pid)
+            finally:
+                os.close(fd)
         early()
+        # What we inherited from the spawner and do not need: its other jobs' sockets
+        # and the mount namespaces it holds for them (closing the last reference to
+        # one tears it down, which waits for an RCU grace period: not at exec time).
+        keep = {0, 1, 2, sock.fileno(), requests.fileno(), _SELF}
+        if prepared is not None:
+            keep.update(prepared.zygote_fds())
+        low = 0
+        for fd in sorted(keep):
+            if low < fd:
+                os.closerange(low, fd)
+            low = fd + 1
+        os.closerange(low, _MAX_FD)
         # The spawner keeps our mount namespace alive past our exit: tearing it down
         # (unmounting /proc and the covers waits for an RCU grace period) would
         # otherwise delay our exit, which the agent waits for.
@@ -216,6 +247,10 @@ def _zygote_main(sock: socket.socket, requests: socket.socket, early: Any,
             if stale:
                 raise OSError(f"{STALE}: {stale}")
         setup = request["setup"]
+        if setup is not None:
+            if tuple(setup.cgroup_procs) != placement:
+                raise OSError(f"{STALE}: prepared for other cgroups")
+            setup = dataclasses.replace(setup, cgroup_procs=())  # joined already
         preexec = zygote_steps(setup, prepared) if setup is not None else None
     except BaseException as e:
         if started_w >= 0:
@@ -309,7 +344,9 @@ def serve(fd: int, agent: int) -> None:
     poller.register(control.fileno(), select.POLLIN)
     poller.register(agent_fd, select.POLLIN)
     zygote: _Zygote | None = None  # being made, or ready and not offered yet
-    wanted: list[Any] = []  # the key of the zygote to make when idle
+    # The key of the zygote to make when idle: the agent asks for one ("prepare") once
+    # it has reserved the cgroups of its next run.
+    wanted: list[Any] = []
     try:
         while True:
             events = poller.poll(0 if wanted and zygote is None else None)
@@ -338,13 +375,29 @@ def serve(fd: int, agent: int) -> None:
                         request, fds = _recv(control)
                     except (EOFError, OSError):
                         return  # the agent closed us: it is exiting
+                    if isinstance(request, tuple) and request[:1] == ("prepare",):
+                        for extra in fds:
+                            os.close(extra)
+                        key = request[1]
+                        # One zygote at a time: the agent gave up the cgroups of any
+                        # other it asked for (and lets go of the offer it holds).
+                        if zygote is not None and zygote.key != key:
+                            with contextlib.suppress(KeyError):
+                                poller.unregister(zygote.sock.fileno())
+                            zygote.discard()
+                            zygote = None
+                        have = zygote is not None or any(
+                            not j.taken and j.offered == key for j in jobs.values())
+                        wanted[:] = [] if have else [key]
+                        continue
                     reply = socket.socket(fileno=fds[2])
                     setup = request["setup"]
-                    key = zygote_key(setup) if setup is not None else _NO_ZYGOTE
-                    # An offer the agent did not take for this request is for another
-                    # key (or came too late): revoked, its sending then fails.
+                    key = _key(setup)
+                    # Whatever was prepared in this run's cgroups must not stay there
+                    # (an offer that came too late, or one whose zygote found itself
+                    # stale): revoked, its sending then fails.
                     for other in jobs.values():
-                        if not other.taken and other.offered != key:
+                        if not other.taken and _shares_cgroups(frozenset(other.offered[1]), key):
                             _revoke(other)
                     try:
                         held: list[int] = []
@@ -352,18 +405,19 @@ def serve(fd: int, agent: int) -> None:
                         if zygote is not None and zygote.usable_for(key):
                             poller.unregister(zygote.sock.fileno())
                             pid, error, held = _hand_over(zygote, request, fds)
-                        if error is None:
-                            assert zygote is not None
-                            zygote.close()
-                        else:
-                            if zygote is not None:
-                                with contextlib.suppress(KeyError):
-                                    poller.unregister(zygote.sock.fileno())
+                            if error is not None:
                                 zygote.discard()
+                            else:
+                                zygote.close()
+                            zygote = None
+                        elif zygote is not None and zygote.shares_cgroups(key):
+                            with contextlib.suppress(KeyError):
+                                poller.unregister(zygote.sock.fileno())
+                            zygote.discard()  # stale, in this run's cgroups
+                            zygote = None
+                            wanted[:] = []
+                        if error is not None:
                             pid, error = _start(request, fds)
-                        zygote = None
-                        offered = any(not j.taken and j.offered == key for j in jobs.values())
-                        wanted[:] = [key] if key is not _NO_ZYGOTE and not offered else []
                     finally:
                         for extra in (fds[0], fds[1], fds[3], *fds[5:]):
                             os.close(extra)
@@ -396,10 +450,7 @@ def serve(fd: int, agent: int) -> None:
                 except (EOFError, OSError):
                     message, passed = None, []
                 if _note_taken(job, message, passed):
-                    # The agent gave its command straight to the zygote we offered.
-                    if zygote is None and job.offered is not None:
-                        wanted[:] = [job.offered]
-                    continue
+                    continue  # the agent gave its command straight to our offer
                 for leftover in passed:
                     os.close(leftover)
                 if not job.taken:
@@ -428,6 +479,15 @@ def serve(fd: int, agent: int) -> None:
 
 # Requests without a setup (nothing to do between fork and exec) need no zygote.
 _NO_ZYGOTE = object()
+
+
+def _key(setup: Any) -> Any:
+    """What a zygote must have been prepared for to serve `setup` (see `_Zygote`)."""
+    return _NO_ZYGOTE if setup is None else spawn_key(setup)
+
+
+def _shares_cgroups(placement: frozenset[str], key: Any) -> bool:
+    return key is not _NO_ZYGOTE and not placement.isdisjoint(key[1])
 
 
 def _offer(control: socket.socket, zygote: _Zygote) -> _Job | None:

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from sandbox.bash.confinement import Confinement, Prepared, prepare
 
 __all__ = ["PROLOGUE_FAILED", "ChildSetup", "needs_pid_namespace", "preexec_fn",
-           "shell_prologue", "zygote_key", "zygote_preparation", "zygote_steps"]
+           "shell_prologue", "spawn_key", "zygote_key", "zygote_preparation",
+           "zygote_steps"]
 
 # Exit status of the shell when its prologue failed: it printed why and ran nothing.
 PROLOGUE_FAILED = 125
@@ -143,6 +144,12 @@ def zygote_key(setup: ChildSetup) -> Confinement | None:
     if setup.confinement is None:
         return None
     return dataclasses.replace(setup.confinement, private_paths=())
+
+
+def spawn_key(setup: ChildSetup) -> tuple[Confinement | None, tuple[str, ...]]:
+    """What a zygote must have been prepared for to serve `setup` as it is: the
+    confinement (`zygote_key`) and the cgroup.procs files it joined ahead."""
+    return zygote_key(setup), tuple(setup.cgroup_procs)
 
 
 def zygote_preparation(key: Confinement | None) -> tuple[Prepared | None,

@@ -602,6 +602,11 @@ class _EtcSecrets:
         self._shared[:8] = struct.pack("=Q", self.generation)
         return found
 
+    @property
+    def watch_fd(self) -> int:
+        """The inotify descriptor (-1 without one)."""
+        return self._inotify
+
     def stale_since(self, generation: int) -> bool:
         """In a forked child: whether /etc changed since `generation` was current in
         the process it was forked from (events queued, or a later scan there). Reads
@@ -1280,6 +1285,11 @@ class Prepared:
                 self._etc_generation):  # fmt: skip
             return "/etc changed"
         return ""
+
+    def zygote_fds(self) -> tuple[int, ...]:
+        """The descriptors a zygote still needs once its namespaces are made: the
+        ruleset, and the /etc watch its staleness check reads."""
+        return tuple(fd for fd in (self._ruleset, _etc_secrets.watch_fd) if fd >= 0)
 
     def grant_private_paths(self, paths: tuple[str, ...]) -> None:
         """Add read-write rules for `paths` to this (not yet applied) ruleset: a zygote

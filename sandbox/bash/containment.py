@@ -113,6 +113,24 @@ class Tree(ABC):
             extra = self._wrapper_tasks if placed_before_exec else 0
             self._pids.write("pids.max", str(max_processes + extra))
 
+    def unlimit_processes(self) -> None:
+        """No limit for a run that asks none (a tree reserved ahead has a pids cgroup
+        whichever run takes it)."""
+        if self._pids is not None:
+            self._pids.write("pids.max", "max")
+
+    def discard(self) -> None:
+        """Kill whatever is in the tree's cgroups and remove them, now (a tree reserved
+        for a run that did not take it: never pooled, so a zygote still joining it
+        fails instead of landing in another run's cgroup)."""
+        for cgroup in self._cgroups:
+            with contextlib.suppress(OSError):
+                if cgroup.base.controller == "freezer":
+                    cgroup.write("freezer.state", "THAWED")
+            if not cgroup.kill_and_remove(timeout=0.5):
+                cgroup.defer_removal()
+        self._cgroups.clear()
+
     # Processes of the wrapper that enter the pids cgroup when the spawned process is
     # placed before exec (preexec_fn): unshare, for the pidns tree.
     _wrapper_tasks = 0

@@ -27,6 +27,7 @@ The life of one run (`run_bash`):
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import pwd
@@ -36,6 +37,7 @@ import signal
 import stat
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -45,7 +47,7 @@ from typing import Any
 import anyio
 
 from sandbox.bash.capture import BoundedCapture, drain_buffered, pump, set_pipe_size
-from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue, zygote_key
+from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue, spawn_key
 from sandbox.bash.confinement import ConfinementRequest, describe_kernel, plan
 from sandbox.bash.confinement import detect as detect_confinement
 from sandbox.bash.containment import MECHANISMS, Tree, availability, choose, open_tree
@@ -231,7 +233,7 @@ class BashProcess:
         agent never forks itself, and the spawner kills the tree if the agent dies.
         With `use_offer`, a zygote the spawner has ready for this setup takes it
         straight from us."""
-        key = zygote_key(setup) if setup is not None else None
+        key = spawn_key(setup) if setup is not None else None
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         try:
@@ -511,13 +513,14 @@ async def run_bash(
 
     tmpdir: str | None = None
     protections: dict[str, str] | None = None
-    tree = open_tree(mechanism, limit_processes=limits.max_child_processes is not None, shell=shell)
+    limited = limits.max_child_processes is not None
+    # The subreaper's supervisor needs its cgroups granted: that tree comes first.
+    tree = open_tree(mechanism, limit_processes=limited, shell=shell) if (
+        mechanism == "subreaper") else None  # fmt: skip
     process: BashProcess | None = None
+    plan_confinement = None
+    reserved = False
     try:
-        argv, setup = tree.command(
-            [shell, "--norc", "--noprofile", "-c", command],
-            ChildSetup(rlimits=rlimits, uid=uid, gid=gid),
-        )
         if confinement is not None:
             extra_read: tuple[str, ...] = ()
             extra_write: tuple[str, ...] = ()
@@ -526,7 +529,7 @@ async def run_bash(
                 if uid is not None and gid is not None:
                     os.chown(tmpdir, uid, gid)
                 env = {**env, "TMPDIR": tmpdir}
-            if mechanism == "subreaper":
+            if tree is not None:
                 # The supervisor is Python, and places its child into the cgroups.
                 extra_read = (sys.base_prefix, sys.prefix, os.path.dirname(__file__))
                 extra_write = tuple(tree.placement_files)
@@ -538,7 +541,6 @@ async def run_bash(
             plan_confinement, protections = plan(
                 plan_request, workspace=workdir, tmpdir=tmpdir, drops_to_uid=uid is not None
             )
-            setup = replace(setup, confinement=plan_confinement)
             home = env.get("HOME")
             if (
                 plan_confinement is not None
@@ -552,6 +554,17 @@ async def run_bash(
                 env = {**env, "HOME": tmpdir}
                 protections = {**(protections or {}), "home": f"active: HOME={home} is out "
                                "of the command's reach; it is the private TMPDIR instead"}  # fmt: skip
+        setup = ChildSetup(rlimits=rlimits, uid=uid, gid=gid, confinement=plan_confinement)
+        # Runs set up entirely in the child (below) can take a tree reserved ahead,
+        # whose zygote is in its cgroups already.
+        reservable = tree is None and mechanism in _RESERVABLE and (
+            uid is not None or plan_confinement is not None)  # fmt: skip
+        if reservable:
+            tree = _take_reservation(mechanism, shell, setup)
+            reserved = tree is not None
+        if tree is None:
+            tree = open_tree(mechanism, limit_processes=limited, shell=shell)
+        argv, setup = tree.command([shell, "--norc", "--noprofile", "-c", command], setup)
         # Placement must precede an identity change, which a prologue running in the
         # unprivileged shell cannot do, and Landlock, after which the cgroup files are
         # out of reach: then the preexec_fn does everything. Otherwise the cgroup
@@ -573,6 +586,8 @@ async def run_bash(
             tree.limit_processes(
                 limits.max_child_processes + 1, placed_before_exec=prologue is None
             )
+        elif reserved:
+            tree.unlimit_processes()
         if prologue is not None:
             # The command string is always last: wrappers only prepend.
             argv[-1] = shell_prologue(prologue, posix_mode=bash_posix_mode(env)) + argv[-1]
@@ -610,6 +625,7 @@ async def run_bash(
         with anyio.CancelScope(shield=True):
             try:
                 if process is not None:
+                    assert tree is not None  # a process is spawned into a tree
                     if not process.has_exited():
                         await process.wait_started()
                         await tree.kill(process)
@@ -621,7 +637,8 @@ async def run_bash(
                         process.close()
             finally:
                 # Also when the spawner is gone (reap raised): nothing may be left.
-                await tree.aclose()
+                if tree is not None:
+                    await tree.aclose()
                 if tmpdir is not None:
                     _remove_tree(tmpdir)
     if setup_error is not None:
@@ -631,6 +648,8 @@ async def run_bash(
             "failed; run `sandbox doctor` to see what works here"
         )
 
+    if reservable:
+        _reserve(mechanism, shell, setup)
     if limits.max_child_processes is None:
         nproc = None
     elif tree.limits_processes:
@@ -655,6 +674,85 @@ async def run_bash(
         nproc_enforcement=nproc,
         protections=protections,
     )
+
+
+# --------------------------------------------------------------------------- reservation
+#
+# A cgroup move waits for an RCU grace period (~10-20 ms here) once no move has happened
+# for a few tens of milliseconds: the kernel's cgroup_threadgroup_rwsem falls back to
+# its fast reader mode when idle, and a writer must wait a grace period to leave it.
+# An agent calls its tool after waiting for its model, so nearly every command would
+# pay it. Instead, each run reserves the tree of the next one (same mechanism, a pids
+# cgroup whether or not the next run limits processes) and asks the spawner for a
+# zygote prepared ahead for it: that zygote joins the cgroups while the agent waits
+# for its model. The next run takes the reservation only if that zygote is offered
+# already; a reservation no run takes is discarded when the next one is made.
+
+_RESERVABLE = ("cgroup2", "cgroup1-freezer", "killpg")
+
+
+@dataclass
+class _Reservation:
+    kind: tuple[str, str]  # mechanism, shell
+    key: Any  # spawn_key of a run in `tree`
+    tree: Tree
+    spawner: Spawner
+    made: float
+
+
+_reservation: _Reservation | None = None
+_reservation_lock = threading.Lock()
+# A reservation whose zygote has not been offered by then is made again.
+_RESERVATION_PATIENCE = 2.0
+
+
+def _take_reservation(mechanism: str, shell: str, setup: ChildSetup) -> Tree | None:
+    """The tree reserved for a run like this one, if its zygote is offered now."""
+    global _reservation
+    with _reservation_lock:
+        held = _reservation
+        if held is None or held.kind != (mechanism, shell):
+            return None
+        key = spawn_key(replace(setup, cgroup_procs=held.tree.placement_files))
+        if key != held.key or not held.spawner.offered(key):
+            return None
+        _reservation = None
+        return held.tree
+
+
+def _reserve(mechanism: str, shell: str, setup: ChildSetup) -> None:
+    """Reserve the next run's tree and ask for its zygote (see above). Never raises:
+    without a reservation the next run opens its tree as usual."""
+    global _reservation
+    try:
+        spawner = Spawner.shared()
+        with _reservation_lock:
+            held = _reservation
+            if (held is not None and held.kind == (mechanism, shell)
+                    and held.key[0] == spawn_key(setup)[0] and held.spawner is spawner
+                    and time.monotonic() - held.made < _RESERVATION_PATIENCE):  # fmt: skip
+                return  # its zygote is on its way (or offered)
+            _reservation = None
+            tree = open_tree(mechanism, limit_processes=True, shell=shell)
+            key = spawn_key(replace(setup, cgroup_procs=tree.placement_files))
+            spawner.prepare(key)
+            _reservation = _Reservation((mechanism, shell), key, tree, spawner,
+                                        time.monotonic())  # fmt: skip
+        if held is not None:
+            held.tree.discard()
+    except (OSError, SandboxError):
+        return
+
+
+def _discard_reservation() -> None:
+    global _reservation
+    with _reservation_lock:
+        held, _reservation = _reservation, None
+    if held is not None:
+        held.tree.discard()
+
+
+atexit.register(_discard_reservation)
 
 
 async def _supervise(

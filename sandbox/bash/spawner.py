@@ -291,6 +291,27 @@ class Spawner:
         finally:
             self._sock.setblocking(True)
 
+    def prepare(self, key: object) -> None:
+        """Ask for a zygote made ahead for `key` (a confinement and the cgroup.procs
+        files of a run reserved for it), replacing any other: the spawner makes it when
+        idle and offers it."""
+        with self._lock:
+            self._take_offers()
+            if self._offer is not None and self._offer.key != key:
+                self._offer.close()  # the spawner revokes it
+                self._offer = None
+            try:
+                _send(self._sock, ("prepare", key))
+            except OSError:
+                self._broken = True
+
+    def offered(self, key: object) -> bool:
+        """Whether a zygote made for `key` is offered now (and so `spawn` with it is
+        taken straight by that zygote, unless it has found itself stale)."""
+        with self._lock:
+            self._take_offers()
+            return self._offer is not None and self._offer.key == key
+
     def _spawn_offered(self, key: object, request: dict[str, Any], fds: list[int],
                        started_r: int, kill_files: tuple[str, ...]
                        ) -> SpawnedProcess | None:  # fmt: skip
