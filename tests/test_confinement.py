@@ -28,6 +28,7 @@ import pytest
 
 from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
 from sandbox.bash import confinement
+from sandbox.bash import process as process_module
 from sandbox.bash.confinement import ConfinementRequest, seccomp_program
 from sandbox.errors import ConfigurationError, PolicyFileError
 from sandbox.policies import resolve
@@ -67,17 +68,50 @@ def workspace() -> Iterator[Path]:
         shutil.rmtree(ws, ignore_errors=True)
 
 
+# How a command is started: forked by the spawner and set up then ("fresh"), or by a
+# zygote the spawner set up ahead for a run reserved like it ("zygote", see
+# process._reserve). Every test below runs both ways.
+SPAWN_PATHS = ("fresh", "zygote")
+
+
+@pytest.fixture(autouse=True, params=SPAWN_PATHS)
+def spawn_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    mode: str = request.param
+    if mode == "fresh":
+        monkeypatch.setattr(process_module, "_reserve", lambda *args: None)
+    return mode
+
+
 async def run(workspace: Path, command: str, identity: str = "root", **policy: Any
               ) -> dict[str, Any]:  # fmt: skip
     """Run `command` as a script the policy cannot see into (`bash .escape.sh`), so only
-    the OS layer stands between it and the machine."""
+    the OS layer stands between it and the machine. Under the "zygote" spawn path, a
+    first run of `true` reserves the next, whose zygote is awaited and must serve it."""
     policy.setdefault("drop_privileges", identity == "nobody")
     script = workspace / ".escape.sh"
     script.write_text(command + "\n")
     script.chmod(0o644)
     tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy(**policy))
+    zygote = process_module._reserve.__name__ == "_reserve"  # not patched out
+    held = None
+    if zygote:
+        before = process_module._reservation
+        await tool.run_async(args={"command": "true"}, tool_context=ctx())
+        held = process_module._reservation
+        if held is before:
+            held = None  # none made (confinement='none' as root, or refused)
+        if held is not None:
+            for _ in range(500):
+                if held.spawner.offered(held.key):
+                    break
+                await anyio.sleep(0.01)
+            else:
+                raise AssertionError("the reserved run's zygote was never offered")
+    taken_before = process_module._reservations_taken
     result: dict[str, Any] = await tool.run_async(args={"command": "bash .escape.sh"},
                                                   tool_context=ctx())  # fmt: skip
+    if zygote and held is not None:
+        assert process_module._reservations_taken == taken_before + 1, result
     return result
 
 

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandbox.bash import cgroups, containment
+from sandbox.bash import process as process_module
 from sandbox.bash.capture import BoundedCapture
 from sandbox.bash.process import (
     Limits,
@@ -52,10 +53,15 @@ def leftover_cgroup_dirs() -> list[Path]:
     """Our run cgroups that hold a process, or that are not kept emptied for the next
     run (at most cgroups._POOL_SIZE per hierarchy, removed at exit)."""
     dirs = our_cgroup_dirs()
-    busy = [d for d in dirs if (d / "cgroup.procs").read_text().strip()]
+    # The next run's reservation: its cgroups hold at most the zygote made for it.
+    held = process_module._reservation
+    reserved = {Path(f).parent for f in held.tree.placement_files} if held else set()
+    for d in reserved:
+        assert len((d / "cgroup.procs").read_text().split()) <= 1, d
+    busy = [d for d in dirs if (d / "cgroup.procs").read_text().strip() and d not in reserved]
     kept = {path for pool in cgroups._pool.values() for path in (c.path for c in pool)}
     assert all(len(pool) <= cgroups._POOL_SIZE for pool in cgroups._pool.values())
-    return busy + [d for d in dirs if d not in kept]
+    return busy + [d for d in dirs if d not in kept and d not in reserved]
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import dataclasses
 import os
 import select
 import signal
@@ -20,7 +19,7 @@ from sandbox.bash.child import (
     preexec_fn,
     spawn_key,
     zygote_preparation,
-    zygote_steps,
+    zygote_rlimits,
 )
 from sandbox.bash.confinement import pid_namespace
 from sandbox.bash.spawner import STALE, _recv, _send
@@ -127,15 +126,16 @@ class _Zygote:
     CPU, and a cgroup move after some idle time waits ~10-20 ms for an RCU grace
     period (the kernel's cgroup_threadgroup_rwsem); all of it is paid here while the
     agent waits for its model, not while it waits for a command. It serves one
-    request, for the confinement and the cgroups it was prepared for (`key`: the
-    confinement without the run's private paths, and the cgroup.procs files the agent
-    reserved for the run, see `process.run_bash`), then is the command."""
+    request, for the setup it was prepared for (`key`, a `child.spawn_key`: the cgroups,
+    the private TMPDIR and the identity of a run the agent reserved ahead, see
+    `process.run_bash`), then is the command: by then it has set itself up entirely,
+    confinement included, but for the rlimits."""
 
     def __init__(self, key: Any) -> None:
         self.key = key
-        confinement, placement = key
-        self.placement = frozenset(placement)
-        self.prepared, early = zygote_preparation(confinement)
+        self.placement = frozenset(key.cgroup_procs)
+        self.prepared, ahead = zygote_preparation(key)
+        confinement = key.confinement
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # The agent's way in: offered to it once the zygote is ready, so that its next
         # command goes straight to the zygote, without a round trip through us.
@@ -149,7 +149,7 @@ class _Zygote:
                 if pid == 0:
                     ours.close()
                     agents.close()
-                    _zygote_main(theirs, requests, early, self.prepared, placement)
+                    _zygote_main(theirs, requests, ahead, self.prepared, key)
         except BaseException:
             ours.close()
             agents.close()
@@ -195,22 +195,15 @@ class _Zygote:
             self.prepared = None
 
 
-def _zygote_main(sock: socket.socket, requests: socket.socket, early: Any,
-                 prepared: Any, placement: tuple[str, ...]) -> None:  # fmt: skip
-    """In a zygote: its run's cgroups and namespaces now, then wait for the request
-    (from us, or straight from the agent) and become the command. Never returns."""
+def _zygote_main(sock: socket.socket, requests: socket.socket, ahead: Any,
+                 prepared: Any, key: Any) -> None:  # fmt: skip
+    """In a zygote: its run's whole setup now but the rlimits, then wait for the
+    request (from us, or straight from the agent) and become the command. Never
+    returns."""
     started_w = -1
     try:
         _die_with_spawner()
-        # First, as a command's child does: contained before anything else happens.
-        pid = b"%d" % os.getpid()
-        for path in placement:
-            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-            try:
-                os.write(fd, pid)
-            finally:
-                os.close(fd)
-        early()
+        ahead()
         # What we inherited from the spawner and do not need: its other jobs' sockets
         # and the mount namespaces it holds for them (closing the last reference to
         # one tears it down, which waits for an RCU grace period: not at exec time).
@@ -247,16 +240,17 @@ def _zygote_main(sock: socket.socket, requests: socket.socket, early: Any,
             if stale:
                 raise OSError(f"{STALE}: {stale}")
         setup = request["setup"]
-        if setup is not None:
-            if tuple(setup.cgroup_procs) != placement:
-                raise OSError(f"{STALE}: prepared for other cgroups")
-            setup = dataclasses.replace(setup, cgroup_procs=())  # joined already
-        preexec = zygote_steps(setup, prepared) if setup is not None else None
+        if setup is None or spawn_key(setup) != key:
+            raise OSError(f"{STALE}: prepared for another setup")
+        try:
+            zygote_rlimits(setup)
+        except (OSError, ValueError) as e:
+            raise OSError(f"{STALE}: cannot set the rlimits without privileges: {e}") from e
     except BaseException as e:
         if started_w >= 0:
             os.write(started_w, f"{type(e).__name__}: {e}".encode()[:4000])
         os._exit(127)
-    _child(request, out_w, err_w, passed, started_w, preexec, zygote=True)
+    _child(request, out_w, err_w, passed, started_w, None, zygote=True)
 
 
 def _start(request: dict[str, Any], fds: list[int]) -> tuple[int, str | None]:
@@ -397,7 +391,8 @@ def serve(fd: int, agent: int) -> None:
                     # (an offer that came too late, or one whose zygote found itself
                     # stale): revoked, its sending then fails.
                     for other in jobs.values():
-                        if not other.taken and _shares_cgroups(frozenset(other.offered[1]), key):
+                        if not other.taken and _shares_cgroups(
+                                frozenset(other.offered.cgroup_procs), key):  # fmt: skip
                             _revoke(other)
                     try:
                         held: list[int] = []
@@ -487,7 +482,7 @@ def _key(setup: Any) -> Any:
 
 
 def _shares_cgroups(placement: frozenset[str], key: Any) -> bool:
-    return key is not _NO_ZYGOTE and not placement.isdisjoint(key[1])
+    return key is not _NO_ZYGOTE and not placement.isdisjoint(key.cgroup_procs)
 
 
 def _offer(control: socket.socket, zygote: _Zygote) -> _Job | None:

@@ -34,8 +34,7 @@ from dataclasses import dataclass
 from sandbox.bash.confinement import Confinement, Prepared, prepare
 
 __all__ = ["PROLOGUE_FAILED", "ChildSetup", "needs_pid_namespace", "preexec_fn",
-           "shell_prologue", "spawn_key", "zygote_key", "zygote_preparation",
-           "zygote_steps"]
+           "shell_prologue", "spawn_key", "zygote_preparation", "zygote_rlimits"]
 
 # Exit status of the shell when its prologue failed: it printed why and ran nothing.
 PROLOGUE_FAILED = 125
@@ -138,40 +137,27 @@ def preexec_fn(setup: ChildSetup) -> Callable[[], None]:
     return _steps(setup, prepared, namespaces=True)
 
 
-def zygote_key(setup: ChildSetup) -> Confinement | None:
+def spawn_key(setup: ChildSetup) -> ChildSetup:
     """What a child forked ahead of time (a zygote) must have been prepared for, to
-    serve `setup`: its confinement without the per-run private paths."""
-    if setup.confinement is None:
-        return None
-    return dataclasses.replace(setup.confinement, private_paths=())
+    serve `setup`: all of it but the rlimits, which it sets once the request came
+    (lowering a limit needs no privilege)."""
+    return dataclasses.replace(setup, rlimits=())
 
 
-def spawn_key(setup: ChildSetup) -> tuple[Confinement | None, tuple[str, ...]]:
-    """What a zygote must have been prepared for to serve `setup` as it is: the
-    confinement (`zygote_key`) and the cgroup.procs files it joined ahead."""
-    return zygote_key(setup), tuple(setup.cgroup_procs)
+def zygote_preparation(key: ChildSetup) -> tuple[Prepared | None, Callable[[], None]]:
+    """For a zygote prepared for `key` (a `spawn_key`): what to prepare before its
+    fork, and what it runs right after, ahead of its request: the whole setup
+    `preexec_fn` would run (cgroups, namespaces, read-only mounts, identity,
+    capabilities, Landlock, seccomp) but the rlimits (`zygote_rlimits`)."""
+    prepared = prepare(key.confinement) if key.confinement is not None else None
+    return prepared, _steps(key, prepared, namespaces=True)
 
 
-def zygote_preparation(key: Confinement | None) -> tuple[Prepared | None,
-                                                         Callable[[], None]]:  # fmt: skip
-    """For a zygote: what to prepare before its fork, and what it runs right after
-    (its namespaces: the network, a mount namespace with a fresh /proc). The rest of
-    the setup waits for a request: `zygote_steps`."""
-    prepared = prepare(key) if key is not None else None
-
-    def early() -> None:
-        if prepared is not None:
-            prepared.apply_namespaces()
-
-    return prepared, early
-
-
-def zygote_steps(setup: ChildSetup, prepared: Prepared | None) -> Callable[[], None]:
-    """In a zygote, once a request came: the setup `preexec_fn` would do, but the
-    namespaces (done at the zygote's start) and with this run's private paths."""
-    if prepared is not None and setup.confinement is not None:
-        prepared.grant_private_paths(setup.confinement.private_paths)
-    return _steps(setup, prepared, namespaces=False)
+def zygote_rlimits(setup: ChildSetup) -> None:
+    """In a zygote, once a request came: its rlimits (soft = hard). Raises OSError when
+    one is above the zygote's hard limit, which it can no longer raise."""
+    for res, value in setup.rlimits:
+        resource.setrlimit(res, (value, value))
 
 
 def _steps(setup: ChildSetup, prepared: Prepared | None, *,

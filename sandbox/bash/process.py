@@ -48,7 +48,7 @@ import anyio
 
 from sandbox.bash.capture import BoundedCapture, drain_buffered, pump, set_pipe_size
 from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue, spawn_key
-from sandbox.bash.confinement import ConfinementRequest, describe_kernel, plan
+from sandbox.bash.confinement import Confinement, ConfinementRequest, describe_kernel, plan
 from sandbox.bash.confinement import detect as detect_confinement
 from sandbox.bash.containment import MECHANISMS, Tree, availability, choose, open_tree
 from sandbox.bash.spawner import STALE, SpawnedProcess, Spawner, SpawnerError
@@ -518,17 +518,12 @@ async def run_bash(
     tree = open_tree(mechanism, limit_processes=limited, shell=shell) if (
         mechanism == "subreaper") else None  # fmt: skip
     process: BashProcess | None = None
-    plan_confinement = None
-    reserved = False
+    plan_confinement: Confinement | None = None
+    plan_request: ConfinementRequest | None = None
     try:
         if confinement is not None:
             extra_read: tuple[str, ...] = ()
             extra_write: tuple[str, ...] = ()
-            if confined:
-                tmpdir = tempfile.mkdtemp(prefix="sandbox-tmp-")
-                if uid is not None and gid is not None:
-                    os.chown(tmpdir, uid, gid)
-                env = {**env, "TMPDIR": tmpdir}
             if tree is not None:
                 # The supervisor is Python, and places its child into the cgroups.
                 extra_read = (sys.base_prefix, sys.prefix, os.path.dirname(__file__))
@@ -538,30 +533,38 @@ async def run_bash(
                 readable_paths=(*confinement.readable_paths, *extra_read),
                 writable_paths=(*confinement.writable_paths, *extra_write),
             )
-            plan_confinement, protections = plan(
-                plan_request, workspace=workdir, tmpdir=tmpdir, drops_to_uid=uid is not None
-            )
-            home = env.get("HOME")
-            if (
-                plan_confinement is not None
-                and plan_confinement.landlock_fs
-                and tmpdir is not None
-                and home is not None
-                and not _reachable(home, plan_confinement.read_paths + plan_confinement.write_paths)
-            ):
-                # A HOME the command cannot read breaks programs that read their
-                # configuration there (git dies on EACCES): give it an empty private one.
-                env = {**env, "HOME": tmpdir}
-                protections = {**(protections or {}), "home": f"active: HOME={home} is out "
-                               "of the command's reach; it is the private TMPDIR instead"}  # fmt: skip
-        setup = ChildSetup(rlimits=rlimits, uid=uid, gid=gid, confinement=plan_confinement)
-        # Runs set up entirely in the child (below) can take a tree reserved ahead,
-        # whose zygote is in its cgroups already.
+        # Runs set up entirely in the child (below) can take a run reserved ahead
+        # (its tree and TMPDIR), whose zygote has set itself up for it already.
         reservable = tree is None and mechanism in _RESERVABLE and (
-            uid is not None or plan_confinement is not None)  # fmt: skip
-        if reservable:
-            tree = _take_reservation(mechanism, shell, setup)
-            reserved = tree is not None
+            uid is not None or confined)  # fmt: skip
+        signature = (mechanism, shell, plan_request, workdir, uid, gid)
+        held = _take_reservation(signature) if reservable else None
+        reserved = held is not None
+        if held is not None:
+            tree, tmpdir = held.tree, held.tmpdir
+            plan_confinement, protections = held.confinement, held.protections
+        else:
+            tmpdir = _private_tmpdir(uid, gid) if confined else None
+            if plan_request is not None:
+                plan_confinement, protections = plan(
+                    plan_request, workspace=workdir, tmpdir=tmpdir, drops_to_uid=uid is not None
+                )
+        if tmpdir is not None:
+            env = {**env, "TMPDIR": tmpdir}
+        home = env.get("HOME")
+        if (
+            plan_confinement is not None
+            and plan_confinement.landlock_fs
+            and tmpdir is not None
+            and home is not None
+            and not _reachable(home, plan_confinement.read_paths + plan_confinement.write_paths)
+        ):
+            # A HOME the command cannot read breaks programs that read their
+            # configuration there (git dies on EACCES): give it an empty private one.
+            env = {**env, "HOME": tmpdir}
+            protections = {**(protections or {}), "home": f"active: HOME={home} is out "
+                           "of the command's reach; it is the private TMPDIR instead"}  # fmt: skip
+        setup = ChildSetup(rlimits=rlimits, uid=uid, gid=gid, confinement=plan_confinement)
         if tree is None:
             tree = open_tree(mechanism, limit_processes=limited, shell=shell)
         argv, setup = tree.command([shell, "--norc", "--noprofile", "-c", command], setup)
@@ -649,7 +652,7 @@ async def run_bash(
         )
 
     if reservable:
-        _reserve(mechanism, shell, setup)
+        _reserve(signature, plan_request)
     if limits.max_child_processes is None:
         nproc = None
     elif tree.limits_processes:
@@ -693,55 +696,89 @@ _RESERVABLE = ("cgroup2", "cgroup1-freezer", "killpg")
 
 @dataclass
 class _Reservation:
-    kind: tuple[str, str]  # mechanism, shell
-    key: Any  # spawn_key of a run in `tree`
+    signature: tuple[Any, ...]  # what the run asked for: see run_bash
+    key: ChildSetup  # the zygote's spawn_key
     tree: Tree
+    tmpdir: str | None
+    confinement: Confinement | None
+    protections: dict[str, str] | None
     spawner: Spawner
     made: float
+
+    def discard(self) -> None:
+        try:
+            self.tree.discard()
+        finally:
+            if self.tmpdir is not None:
+                _remove_tree(self.tmpdir)
 
 
 _reservation: _Reservation | None = None
 _reservation_lock = threading.Lock()
+_reservations_taken = 0  # how many runs took one (for tests and benchmarks)
 # A reservation whose zygote has not been offered by then is made again.
 _RESERVATION_PATIENCE = 2.0
 
 
-def _take_reservation(mechanism: str, shell: str, setup: ChildSetup) -> Tree | None:
-    """The tree reserved for a run like this one, if its zygote is offered now."""
+def _private_tmpdir(uid: int | None, gid: int | None) -> str:
+    tmpdir = tempfile.mkdtemp(prefix="sandbox-tmp-")
+    if uid is not None and gid is not None:
+        os.chown(tmpdir, uid, gid)
+    return tmpdir
+
+
+def _take_reservation(signature: tuple[Any, ...]) -> _Reservation | None:
+    """The run reserved for one like this, if its zygote is offered now."""
     global _reservation
     with _reservation_lock:
         held = _reservation
-        if held is None or held.kind != (mechanism, shell):
-            return None
-        key = spawn_key(replace(setup, cgroup_procs=held.tree.placement_files))
-        if key != held.key or not held.spawner.offered(key):
+        if held is None or held.signature != signature or not held.spawner.offered(held.key):
             return None
         _reservation = None
-        return held.tree
+        global _reservations_taken
+        _reservations_taken += 1
+        return held
 
 
-def _reserve(mechanism: str, shell: str, setup: ChildSetup) -> None:
-    """Reserve the next run's tree and ask for its zygote (see above). Never raises:
-    without a reservation the next run opens its tree as usual."""
+def _reserve(signature: tuple[Any, ...], plan_request: ConfinementRequest | None) -> None:
+    """Reserve the next run like this one (its tree, its TMPDIR) and ask the spawner
+    for a zygote set up for it (see above). Never raises: without a reservation the
+    next run sets itself up as usual."""
     global _reservation
+    mechanism, shell, _, workdir, uid, gid = signature
+    made: list[Any] = []
     try:
         spawner = Spawner.shared()
         with _reservation_lock:
             held = _reservation
-            if (held is not None and held.kind == (mechanism, shell)
-                    and held.key[0] == spawn_key(setup)[0] and held.spawner is spawner
+            if (held is not None and held.signature == signature and held.spawner is spawner
                     and time.monotonic() - held.made < _RESERVATION_PATIENCE):  # fmt: skip
                 return  # its zygote is on its way (or offered)
             _reservation = None
+            tmpdir = None
+            if plan_request is not None and plan_request.mode != "none":
+                tmpdir = _private_tmpdir(uid, gid)
+                made.append(tmpdir)
+            confinement, protections = None, None
+            if plan_request is not None:
+                confinement, protections = plan(
+                    plan_request, workspace=workdir, tmpdir=tmpdir, drops_to_uid=uid is not None
+                )
             tree = open_tree(mechanism, limit_processes=True, shell=shell)
-            key = spawn_key(replace(setup, cgroup_procs=tree.placement_files))
+            made.append(tree)
+            key = ChildSetup(cgroup_procs=tree.placement_files, uid=uid, gid=gid,
+                             confinement=confinement)  # fmt: skip
             spawner.prepare(key)
-            _reservation = _Reservation((mechanism, shell), key, tree, spawner,
-                                        time.monotonic())  # fmt: skip
+            _reservation = _Reservation(signature, key, tree, tmpdir, confinement, protections,
+                                        spawner, time.monotonic())  # fmt: skip
         if held is not None:
-            held.tree.discard()
-    except (OSError, SandboxError):
-        return
+            held.discard()
+    except Exception:  # an optimisation: the next run does without
+        for thing in made:
+            if isinstance(thing, str):
+                _remove_tree(thing)
+            else:
+                thing.discard()
 
 
 def _discard_reservation() -> None:
@@ -749,7 +786,7 @@ def _discard_reservation() -> None:
     with _reservation_lock:
         held, _reservation = _reservation, None
     if held is not None:
-        held.tree.discard()
+        held.discard()
 
 
 atexit.register(_discard_reservation)

@@ -318,12 +318,10 @@ class Spawner:
         """Give the request straight to the offered zygote, if it was made for `key`;
         under _lock. None when there is none (or it is gone: the spawner revoked it)."""
         self._take_offers()
-        offer, self._offer = self._offer, None
-        if offer is None:
-            return None
-        if offer.key != key:
-            offer.close()
-            return None
+        offer = self._offer
+        if offer is None or offer.key != key:
+            return None  # kept for the run it was made for
+        self._offer = None
         try:
             _send(offer.requests, request, fds)
             _send(offer.reply, ("taken", list(kill_files)), [started_r])
