@@ -7,7 +7,11 @@
    with confinement='none', vs ADK 2.13's `ExecuteBashTool` (confirmation
    pre-supplied; ADK runs no shell, so its command is `bash -c true`), vs
    `subprocess.run(['bash', '-c', 'true'])`. Rounds run every variant in a shuffled
-   order so that machine noise falls on all of them alike.
+   order so that machine noise falls on all of them alike. Table 1a calls back to
+   back; table 1b pauses 50 ms (`--pause`) before each call, as an agent calls its
+   tool after its model answered: the spawner prepares the next run while the agent
+   waits (a cgroup move after such a pause waits ~10-20 ms for an RCU grace period,
+   which the prepared run has paid ahead).
 2. `BashToolPolicy.check` for a one-liner, a pipeline and a 2 KB script, then one
    adversarial input per shape of bash source at the 64 KiB cap, beside
    tree-sitter-bash's own time on it (`--check-only` prints this table alone).
@@ -81,7 +85,7 @@ def _ours(workspace: Path, limits: bool, via: str = "preexec_fn", *,
     return run
 
 
-async def _spawn_table(rounds: int, workspace: Path) -> None:
+async def _spawn_table(rounds: int, workspace: Path, pause: float = 0.0) -> None:
     async def plain() -> Any:
         return subprocess.run(["bash", "-c", "true"], check=False)
 
@@ -103,6 +107,8 @@ async def _spawn_table(rounds: int, workspace: Path) -> None:
     for _ in range(rounds):
         random.shuffle(order)
         for name, fn in order:
+            if pause:
+                await anyio.sleep(pause)  # the agent waits for its model
             started = time.perf_counter()
             await fn()
             samples[name].append((time.perf_counter() - started) * 1e6)
@@ -112,8 +118,10 @@ async def _spawn_table(rounds: int, workspace: Path) -> None:
     # goals (issue "ExecuteBashTool") for the other rows.
     goals = {"ours, 3 limits": 0.6, "ours, 3 limits, rlimits_via=prologue": 0.9,
              "ours, no limits": 0.6}
-    print(f"1. `true` end to end ({rounds} rounds, shuffled; load average "
-          f"{os.getloadavg()[0]:.2f})")
+    when = (f"each call after a {pause * 1000:g} ms pause, as an agent calls after its "
+            "model answered" if pause else "calls back to back")  # fmt: skip
+    print(f"1{'b' if pause else 'a'}. `true` end to end, {when} ({rounds} rounds, shuffled; "
+          f"load average {os.getloadavg()[0]:.2f})")
     print(f"   {'variant':40} {'median µs':>10} {'p90 µs':>10} {'x ADK':>7}  goal")
     for name, xs in samples.items():
         p90 = statistics.quantiles(xs, n=10)[-1]
@@ -311,6 +319,9 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--timeout", type=float, default=1.0)
     parser.add_argument("--yes-seconds", type=float, default=5.0)
+    parser.add_argument("--pause", type=float, default=0.05,
+                        help="seconds before each call in table 1b")
+    parser.add_argument("--pause-rounds", type=int, default=100)
     parser.add_argument("--check-only", action="store_true",
                         help="only table 2 (BashToolPolicy.check)")
     args = parser.parse_args()
@@ -320,6 +331,8 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Path(tmp)
         await _spawn_table(args.rounds, workspace)
+        print()
+        await _spawn_table(args.pause_rounds, workspace, args.pause)
         _check_table()
         await _escape_table(workspace, args.timeout)
         await _yes_rss(workspace, args.yes_seconds)

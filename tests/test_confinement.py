@@ -97,6 +97,10 @@ async def run(workspace: Path, command: str, identity: str = "root", **policy: A
     if zygote:
         before = process_module._reservation
         await tool.run_async(args={"command": "true"}, tool_context=ctx())
+        for _ in range(100):  # made at the event loop's next turn
+            await anyio.sleep(0.001)
+            if process_module._reservation is not before:
+                break
         held = process_module._reservation
         if held is before:
             held = None  # none made (confinement='none' as root, or refused)

@@ -216,6 +216,11 @@ def _zygote_main(sock: socket.socket, requests: socket.socket, ahead: Any,
                 os.closerange(low, fd)
             low = fd + 1
         os.closerange(low, _MAX_FD)
+        if prepared is not None:
+            # Run the request's check once now: its first run in this forked process
+            # copies the pages it touches (copy-on-write), which would otherwise
+            # happen while the agent waits. It has no effect but its answer.
+            prepared.stale_in_zygote()
         # The spawner keeps our mount namespace alive past our exit: tearing it down
         # (unmounting /proc and the covers waits for an RCU grace period) would
         # otherwise delay our exit, which the agent waits for.
@@ -239,11 +244,15 @@ def _zygote_main(sock: socket.socket, requests: socket.socket, ahead: Any,
             stale = prepared.stale_in_zygote()
             if stale:
                 raise OSError(f"{STALE}: {stale}")
-        setup = request["setup"]
-        if setup is None or spawn_key(setup) != key:
-            raise OSError(f"{STALE}: prepared for another setup")
+        if source is requests:
+            rlimits = request["rlimits"]  # the agent matched our key with its setup
+        else:
+            setup = request["setup"]
+            if setup is None or spawn_key(setup) != key:
+                raise OSError(f"{STALE}: prepared for another setup")
+            rlimits = setup.rlimits
         try:
-            zygote_rlimits(setup)
+            zygote_rlimits(rlimits)
         except (OSError, ValueError) as e:
             raise OSError(f"{STALE}: cannot set the rlimits without privileges: {e}") from e
     except BaseException as e:

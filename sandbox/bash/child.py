@@ -153,10 +153,10 @@ def zygote_preparation(key: ChildSetup) -> tuple[Prepared | None, Callable[[], N
     return prepared, _steps(key, prepared, namespaces=True)
 
 
-def zygote_rlimits(setup: ChildSetup) -> None:
-    """In a zygote, once a request came: its rlimits (soft = hard). Raises OSError when
-    one is above the zygote's hard limit, which it can no longer raise."""
-    for res, value in setup.rlimits:
+def zygote_rlimits(rlimits: tuple[tuple[int, int], ...]) -> None:
+    """In a zygote, once a request came: the run's rlimits (soft = hard). Raises
+    OSError when one is above the zygote's hard limit, which it can no longer raise."""
+    for res, value in rlimits:
         resource.setrlimit(res, (value, value))
 
 

@@ -27,6 +27,7 @@ The life of one run (`run_bash`):
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import os
@@ -652,7 +653,7 @@ async def run_bash(
         )
 
     if reservable:
-        _reserve(signature, plan_request)
+        _reserve_soon(signature, plan_request)
     if limits.max_child_processes is None:
         nproc = None
     elif tree.limits_processes:
@@ -779,6 +780,18 @@ def _reserve(signature: tuple[Any, ...], plan_request: ConfinementRequest | None
                 _remove_tree(thing)
             else:
                 thing.discard()
+
+
+def _reserve_soon(signature: tuple[Any, ...], plan_request: ConfinementRequest | None) -> None:
+    """`_reserve`, after the result is handed back: on asyncio, at the event loop's
+    next turn (an agent's next await is usually its model call, while which the
+    zygote sets itself up); elsewhere, now."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        _reserve(signature, plan_request)
+    else:
+        loop.call_soon(_reserve, signature, plan_request)
 
 
 def _discard_reservation() -> None:

@@ -322,8 +322,11 @@ class Spawner:
         if offer is None or offer.key != key:
             return None  # kept for the run it was made for
         self._offer = None
+        # The zygote is set up for `key` already: it needs the rlimits only.
+        compact = {name: value for name, value in request.items() if name != "setup"}
+        compact["rlimits"] = request["setup"].rlimits
         try:
-            _send(offer.requests, request, fds)
+            _send(offer.requests, compact, fds)
             _send(offer.reply, ("taken", list(kill_files)), [started_r])
         except OSError:
             offer.close()
