@@ -53,9 +53,9 @@ def leftover_cgroup_dirs() -> list[Path]:
     """Our run cgroups that hold a process, or that are not kept emptied for the next
     run (at most cgroups._POOL_SIZE per hierarchy, removed at exit)."""
     dirs = our_cgroup_dirs()
-    # The next run's reservation: its cgroups hold at most the zygote made for it.
-    held = process_module._reservation
-    reserved = {Path(f).parent for f in held.tree.placement_files} if held else set()
+    # The next runs' reservations: their cgroups hold at most the zygote made for each.
+    reserved = {Path(f).parent for held in process_module._reservations.values()
+                for f in held.tree.placement_files}
     for d in reserved:
         assert len((d / "cgroup.procs").read_text().split()) <= 1, d
     busy = [d for d in dirs if (d / "cgroup.procs").read_text().strip() and d not in reserved]

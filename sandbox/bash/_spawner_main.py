@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import os
 import select
 import signal
@@ -202,6 +203,7 @@ def _zygote_main(sock: socket.socket, requests: socket.socket, ahead: Any,
     returns."""
     started_w = -1
     try:
+        gc.disable()  # a short life, few objects: no page copied for a collection
         _die_with_spawner()
         ahead()
         # What we inherited from the spawner and do not need: its other jobs' sockets
@@ -336,6 +338,10 @@ def _finish(jobs: dict[int, _Job]) -> None:
 def serve(fd: int, agent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # Every object made so far (the modules) out of the collector's reach: a collection
+    # writes into each object it visits, and while a zygote shares our pages each
+    # such write copies a page, in us and in it.
+    gc.freeze()
     control = socket.socket(fileno=fd)
     try:
         agent_fd = os.pidfd_open(agent)
@@ -346,52 +352,63 @@ def serve(fd: int, agent: int) -> None:
     poller = select.poll()
     poller.register(control.fileno(), select.POLLIN)
     poller.register(agent_fd, select.POLLIN)
-    zygote: _Zygote | None = None  # being made, or ready and not offered yet
-    # The key of the zygote to make when idle: the agent asks for one ("prepare") once
-    # it has reserved the cgroups of its next run.
+    # Zygotes being made, or ready and not offered yet, by their socket's descriptor.
+    zygotes: dict[int, _Zygote] = {}
+    # The keys of the zygotes to make when idle, oldest first: the agent asks for one
+    # ("prepare") once it has reserved a run, and lets go of it ("forget").
     wanted: list[Any] = []
+
+    def drop(zygote: _Zygote) -> None:
+        poller.unregister(zygote.sock.fileno())
+        del zygotes[zygote.sock.fileno()]
+        zygote.discard()
+
     try:
         while True:
-            events = poller.poll(0 if wanted and zygote is None else None)
-            if not events and wanted and zygote is None:
+            events = poller.poll(0 if wanted else None)
+            if not events and wanted:
                 try:
-                    zygote = _Zygote(wanted.pop())
-                    poller.register(zygote.sock.fileno(), select.POLLIN)
+                    zygote = _Zygote(wanted.pop(0))
                 except OSError:
-                    zygote = None  # the next request forks the usual way
+                    continue  # the run forks the usual way
+                zygotes[zygote.sock.fileno()] = zygote
+                poller.register(zygote.sock.fileno(), select.POLLIN)
                 continue
             # One event per poll: handling one closes and makes descriptors, so the
             # numbers in the rest of this batch may already name something else.
             if any(ready == agent_fd for ready, _ in events):
                 return  # the agent died: finally kills everything
             for ready, _event in events[:1]:
-                if zygote is not None and ready == zygote.sock.fileno():
+                if ready in zygotes:
                     poller.unregister(ready)
-                    job = _offer(control, zygote)
+                    job = _offer(control, zygotes.pop(ready))
                     if job is not None:
                         jobs[job.reply.fileno()] = job
                         poller.register(job.reply.fileno(), select.POLLIN)
-                    zygote = None
                     continue
                 if ready == control.fileno():
                     try:
                         request, fds = _recv(control)
                     except (EOFError, OSError):
                         return  # the agent closed us: it is exiting
-                    if isinstance(request, tuple) and request[:1] == ("prepare",):
+                    if isinstance(request, tuple) and request[:1] in (("prepare",),
+                                                                      ("forget",)):
                         for extra in fds:
                             os.close(extra)
-                        key = request[1]
-                        # One zygote at a time: the agent gave up the cgroups of any
-                        # other it asked for (and lets go of the offer it holds).
-                        if zygote is not None and zygote.key != key:
-                            with contextlib.suppress(KeyError):
-                                poller.unregister(zygote.sock.fileno())
-                            zygote.discard()
-                            zygote = None
-                        have = zygote is not None or any(
-                            not j.taken and j.offered == key for j in jobs.values())
-                        wanted[:] = [] if have else [key]
+                        kind, key = request[0], request[1]
+                        made = [z for z in zygotes.values() if z.key == key]
+                        offered = [j for j in jobs.values() if not j.taken and j.offered == key]
+                        if kind == "prepare":
+                            if not made and not offered and key not in wanted:
+                                wanted.append(key)
+                                del wanted[:-_MAX_WANTED]
+                        else:
+                            if key in wanted:
+                                wanted.remove(key)
+                            for zygote in made:
+                                drop(zygote)
+                            for job in offered:
+                                _revoke(job)
                         continue
                     reply = socket.socket(fileno=fds[2])
                     setup = request["setup"]
@@ -406,20 +423,20 @@ def serve(fd: int, agent: int) -> None:
                     try:
                         held: list[int] = []
                         error: str | None = "no zygote"
-                        if zygote is not None and zygote.usable_for(key):
-                            poller.unregister(zygote.sock.fileno())
-                            pid, error, held = _hand_over(zygote, request, fds)
-                            if error is not None:
-                                zygote.discard()
-                            else:
-                                zygote.close()
-                            zygote = None
-                        elif zygote is not None and zygote.shares_cgroups(key):
-                            with contextlib.suppress(KeyError):
+                        for zygote in list(zygotes.values()):
+                            if error is not None and zygote.usable_for(key):
                                 poller.unregister(zygote.sock.fileno())
-                            zygote.discard()  # stale, in this run's cgroups
-                            zygote = None
-                            wanted[:] = []
+                                del zygotes[zygote.sock.fileno()]
+                                pid, error, held = _hand_over(zygote, request, fds)
+                                if error is not None:
+                                    zygote.discard()
+                                else:
+                                    zygote.close()
+                            elif zygote.shares_cgroups(key):
+                                drop(zygote)  # stale, in this run's cgroups
+                        # Nothing may be made later into this run's cgroups.
+                        wanted[:] = [k for k in wanted
+                                     if not _shares_cgroups(frozenset(k.cgroup_procs), key)]
                         if error is not None:
                             pid, error = _start(request, fds)
                     finally:
@@ -475,7 +492,7 @@ def serve(fd: int, agent: int) -> None:
                         pass  # the agent read the status itself and went on
                 job.close()
     finally:
-        if zygote is not None:
+        for zygote in zygotes.values():
             zygote.discard()
         _finish(jobs)
         sys.exit(0)
@@ -483,6 +500,9 @@ def serve(fd: int, agent: int) -> None:
 
 # Requests without a setup (nothing to do between fork and exec) need no zygote.
 _NO_ZYGOTE = object()
+# At most this many zygotes asked for and not made yet (the agent keeps as many
+# reservations, see process._MAX_RESERVATIONS).
+_MAX_WANTED = 4
 
 
 def _key(setup: Any) -> Any:

@@ -534,10 +534,11 @@ async def run_bash(
                 readable_paths=(*confinement.readable_paths, *extra_read),
                 writable_paths=(*confinement.writable_paths, *extra_write),
             )
-        # Runs set up entirely in the child (below) can take a run reserved ahead
-        # (its tree and TMPDIR), whose zygote has set itself up for it already.
+        # A run set up in the child (all of it, below, once it takes a reservation)
+        # can take a run reserved ahead (its tree and TMPDIR), whose zygote has set
+        # itself up for it already; not one that asked for its rlimits in a prologue.
         reservable = tree is None and mechanism in _RESERVABLE and (
-            uid is not None or confined)  # fmt: skip
+            uid is not None or confined or rlimits_via == "preexec_fn")  # fmt: skip
         signature = (mechanism, shell, plan_request, workdir, uid, gid)
         held = _take_reservation(signature) if reservable else None
         reserved = held is not None
@@ -578,7 +579,7 @@ async def run_bash(
         # expensive, so it does as little as possible.
         prologue: ChildSetup | None
         child_setup: ChildSetup | None
-        if uid is not None or setup.confinement is not None:
+        if uid is not None or setup.confinement is not None or reserved:
             child_setup, prologue = setup, None
         elif rlimits and rlimits_via == "preexec_fn":
             child_setup = replace(setup, cgroup_procs=())
@@ -706,6 +707,15 @@ class _Reservation:
     spawner: Spawner
     made: float
 
+    def forget(self) -> None:
+        """No run will take this one: its zygote goes, then its tree and TMPDIR."""
+        try:
+            self.spawner.forget(self.key)
+        except OSError:
+            pass
+        finally:
+            self.discard()
+
     def discard(self) -> None:
         try:
             self.tree.discard()
@@ -714,7 +724,9 @@ class _Reservation:
                 _remove_tree(self.tmpdir)
 
 
-_reservation: _Reservation | None = None
+# By signature, oldest first: an agent may alternate tools with different policies.
+_reservations: dict[tuple[Any, ...], _Reservation] = {}
+_MAX_RESERVATIONS = 4
 _reservation_lock = threading.Lock()
 _reservations_taken = 0  # how many runs took one (for tests and benchmarks)
 # A reservation whose zygote has not been offered by then is made again.
@@ -730,13 +742,12 @@ def _private_tmpdir(uid: int | None, gid: int | None) -> str:
 
 def _take_reservation(signature: tuple[Any, ...]) -> _Reservation | None:
     """The run reserved for one like this, if its zygote is offered now."""
-    global _reservation
+    global _reservations_taken
     with _reservation_lock:
-        held = _reservation
-        if held is None or held.signature != signature or not held.spawner.offered(held.key):
+        held = _reservations.get(signature)
+        if held is None or not held.spawner.offered(held.key):
             return None
-        _reservation = None
-        global _reservations_taken
+        del _reservations[signature]
         _reservations_taken += 1
         return held
 
@@ -745,17 +756,21 @@ def _reserve(signature: tuple[Any, ...], plan_request: ConfinementRequest | None
     """Reserve the next run like this one (its tree, its TMPDIR) and ask the spawner
     for a zygote set up for it (see above). Never raises: without a reservation the
     next run sets itself up as usual."""
-    global _reservation
     mechanism, shell, _, workdir, uid, gid = signature
     made: list[Any] = []
+    dropped: list[_Reservation] = []
     try:
         spawner = Spawner.shared()
         with _reservation_lock:
-            held = _reservation
-            if (held is not None and held.signature == signature and held.spawner is spawner
+            held = _reservations.get(signature)
+            if (held is not None and held.spawner is spawner
                     and time.monotonic() - held.made < _RESERVATION_PATIENCE):  # fmt: skip
                 return  # its zygote is on its way (or offered)
-            _reservation = None
+            # This one made again, those of a spawner that is gone, the oldest beyond
+            # the bound: discarded.
+            for sig, other in list(_reservations.items()):
+                if sig == signature or other.spawner is not spawner:
+                    dropped.append(_reservations.pop(sig))
             tmpdir = None
             if plan_request is not None and plan_request.mode != "none":
                 tmpdir = _private_tmpdir(uid, gid)
@@ -770,16 +785,20 @@ def _reserve(signature: tuple[Any, ...], plan_request: ConfinementRequest | None
             key = ChildSetup(cgroup_procs=tree.placement_files, uid=uid, gid=gid,
                              confinement=confinement)  # fmt: skip
             spawner.prepare(key)
-            _reservation = _Reservation(signature, key, tree, tmpdir, confinement, protections,
-                                        spawner, time.monotonic())  # fmt: skip
-        if held is not None:
-            held.discard()
+            _reservations[signature] = _Reservation(
+                signature, key, tree, tmpdir, confinement, protections, spawner,
+                time.monotonic())  # fmt: skip
+            while len(_reservations) > _MAX_RESERVATIONS:
+                dropped.append(_reservations.pop(next(iter(_reservations))))
     except Exception:  # an optimisation: the next run does without
         for thing in made:
             if isinstance(thing, str):
                 _remove_tree(thing)
             else:
                 thing.discard()
+    finally:
+        for other in dropped:
+            other.forget()
 
 
 def _reserve_soon(signature: tuple[Any, ...], plan_request: ConfinementRequest | None) -> None:
@@ -794,15 +813,15 @@ def _reserve_soon(signature: tuple[Any, ...], plan_request: ConfinementRequest |
         loop.call_soon(_reserve, signature, plan_request)
 
 
-def _discard_reservation() -> None:
-    global _reservation
+def _discard_reservations() -> None:
     with _reservation_lock:
-        held, _reservation = _reservation, None
-    if held is not None:
-        held.discard()
+        held = list(_reservations.values())
+        _reservations.clear()
+    for reservation in held:
+        reservation.discard()
 
 
-atexit.register(_discard_reservation)
+atexit.register(_discard_reservations)
 
 
 async def _supervise(

@@ -247,7 +247,8 @@ class Spawner:
         if ready != ("ready",):
             self.close()
             raise SpawnerError(f"the spawner process said {ready!r} at start")
-        self._offer: _Offer | None = None
+        # Zygotes the spawner made ready, by the key they were prepared for.
+        self._offers: dict[object, _Offer] = {}
 
     @classmethod
     def shared(cls) -> Spawner:
@@ -269,7 +270,8 @@ class Spawner:
         return self._proc.pid
 
     def _take_offers(self) -> None:
-        """Read the offers the spawner queued (the newest is kept); under _lock."""
+        """Read the offers the spawner queued (the newest per key is kept); under
+        _lock."""
         self._sock.setblocking(False)
         try:
             while True:
@@ -282,9 +284,10 @@ class Spawner:
                     return
                 if (isinstance(message, tuple) and message[:1] == ("offer",)
                         and len(fds) == 3):  # fmt: skip
-                    if self._offer is not None:
-                        self._offer.close()  # the spawner sees it let go
-                    self._offer = _Offer(message[1], message[2], fds)
+                    old = self._offers.pop(message[2], None)
+                    if old is not None:
+                        old.close()  # the spawner sees it let go
+                    self._offers[message[2]] = _Offer(message[1], message[2], fds)
                 else:
                     for fd in fds:
                         os.close(fd)
@@ -292,16 +295,22 @@ class Spawner:
             self._sock.setblocking(True)
 
     def prepare(self, key: object) -> None:
-        """Ask for a zygote made ahead for `key` (a confinement and the cgroup.procs
-        files of a run reserved for it), replacing any other: the spawner makes it when
-        idle and offers it."""
+        """Ask for a zygote made ahead for `key` (a `child.spawn_key`: the setup of a
+        run reserved for it): the spawner makes it when idle and offers it."""
+        self._tell(("prepare", key))
+
+    def forget(self, key: object) -> None:
+        """The run reserved for `key` will not come: its zygote goes (offered or not)."""
         with self._lock:
-            self._take_offers()
-            if self._offer is not None and self._offer.key != key:
-                self._offer.close()  # the spawner revokes it
-                self._offer = None
+            offer = self._offers.pop(key, None)
+            if offer is not None:
+                offer.close()  # the spawner revokes it
+        self._tell(("forget", key))
+
+    def _tell(self, message: tuple[object, ...]) -> None:
+        with self._lock:
             try:
-                _send(self._sock, ("prepare", key))
+                _send(self._sock, message)
             except OSError:
                 self._broken = True
 
@@ -310,7 +319,7 @@ class Spawner:
         taken straight by that zygote, unless it has found itself stale)."""
         with self._lock:
             self._take_offers()
-            return self._offer is not None and self._offer.key == key
+            return key in self._offers
 
     def _spawn_offered(self, key: object, request: dict[str, Any], fds: list[int],
                        started_r: int, kill_files: tuple[str, ...]
@@ -318,10 +327,9 @@ class Spawner:
         """Give the request straight to the offered zygote, if it was made for `key`;
         under _lock. None when there is none (or it is gone: the spawner revoked it)."""
         self._take_offers()
-        offer = self._offer
-        if offer is None or offer.key != key:
-            return None  # kept for the run it was made for
-        self._offer = None
+        offer = self._offers.pop(key, None)
+        if offer is None:
+            return None
         # The zygote is set up for `key` already: it needs the rlimits only.
         compact = {name: value for name, value in request.items() if name != "setup"}
         compact["rlimits"] = request["setup"].rlimits
@@ -391,10 +399,9 @@ class Spawner:
 
     def close(self) -> None:
         """Stop the spawner: it kills whatever it still runs, then exits."""
-        offer = getattr(self, "_offer", None)
-        if offer is not None:
+        for offer in getattr(self, "_offers", {}).values():
             offer.close()
-            self._offer = None
+        self._offers = {}
         self._sock.close()
         try:
             self._proc.wait(timeout=5)
