@@ -197,3 +197,56 @@ async def test_commands_of_different_confinements_at_once_each_run_once(tmp_path
         ran = sorted(int(line) for line in (tmp_path / "ran").read_text().split())
         assert ran == list(range(16))  # each exactly once
         await anyio.sleep(0.2)
+
+
+_AGENT_WITH_RESERVATION = r"""
+import anyio, pathlib, sys, time
+from sandbox.bash import process
+from sandbox.bash.confinement import ConfinementRequest
+from sandbox.bash.process import run_bash, Limits
+from sandbox.bash.spawner import Spawner
+async def main():
+    one, two = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+    kwargs = dict(env={"PATH": "/usr/bin:/bin"}, timeout=60, limits=Limits(),
+                  confinement=ConfinementRequest())
+    await run_bash("true", cwd=one, **kwargs)   # reserves the next run in `one`
+    for _ in range(500):
+        await anyio.sleep(0.01)
+        held = list(process._reservations.values())
+        if held and all(r.spawner.offered(r.key) for r in held):
+            break
+    print(Spawner.shared().pid, *[r.tmpdir for r in held], flush=True)
+    await run_bash(sys.argv[3], cwd=two, **kwargs)  # another workspace: not that run
+anyio.run(main)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_killed_agent_leaves_no_reserved_run_behind(tmp_path: Path) -> None:
+    """The agent SIGKILLed while a zygote waits for a reserved run: the zygote dies with
+    the spawner, and the TMPDIR reserved for that run is removed."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    marker = f"sleep-{uuid.uuid4().hex}"
+    agent = subprocess.Popen([sys.executable, "-c", _AGENT_WITH_RESERVATION, str(one),
+                              str(two), f"exec -a {marker} sleep 300"],
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert agent.stdout is not None
+    spawner_pid, *reserved = agent.stdout.readline().split()
+    assert reserved and all(os.path.isdir(path) for path in reserved), reserved
+    deadline = time.monotonic() + 20
+    while not any(_argv0(p) == marker for p in _with_marker(marker)):
+        assert time.monotonic() < deadline, "the command did not start"
+        time.sleep(0.02)
+    children = _children(int(spawner_pid))
+    assert len(children) >= 2  # the command and the zygote waiting for the reserved run
+    agent.send_signal(signal.SIGKILL)
+    agent.wait(timeout=10)
+    died_at = time.monotonic()
+    while not _gone(int(spawner_pid)) and time.monotonic() - died_at < 5:
+        time.sleep(0.01)
+    assert _gone(int(spawner_pid)), "the spawner outlived its agent"
+    assert all(_gone(pid) for pid in children), "a child of the spawner outlived it"
+    assert _with_marker(marker) == []
+    assert not any(os.path.exists(path) for path in reserved), reserved

@@ -20,7 +20,7 @@ from sandbox.bash.child import (
     preexec_fn,
     spawn_key,
     zygote_preparation,
-    zygote_rlimits,
+    zygote_request_steps,
 )
 from sandbox.bash.confinement import pid_namespace
 from sandbox.bash.spawner import STALE, _recv, _send
@@ -51,6 +51,9 @@ class _Job:
         # The agent's "started" pipe: end of file once the child has exec'd (and so has
         # entered its cgroups) or died.
         self.started_r = started_r
+        # The run's private TMPDIR: removed by the agent after the run, or by us if the
+        # agent is gone before it could.
+        self.tmpdirs: tuple[str, ...] = ()
 
     def close(self) -> None:
         self.reply.close()
@@ -254,9 +257,9 @@ def _zygote_main(sock: socket.socket, requests: socket.socket, ahead: Any,
                 raise OSError(f"{STALE}: prepared for another setup")
             rlimits = setup.rlimits
         try:
-            zygote_rlimits(rlimits)
+            zygote_request_steps(key, prepared, rlimits)
         except (OSError, ValueError) as e:
-            raise OSError(f"{STALE}: cannot set the rlimits without privileges: {e}") from e
+            raise OSError(f"{STALE}: the prepared child cannot finish its setup: {e}") from e
     except BaseException as e:
         if started_w >= 0:
             os.write(started_w, f"{type(e).__name__}: {e}".encode()[:4000])
@@ -452,6 +455,7 @@ def serve(fd: int, agent: int) -> None:
                         reply.close()
                         continue
                     job = _Job(pid, reply, request["kill_files"], fds[4], held)
+                    job.tmpdirs = _tmpdirs(setup)
                     pidfd = os.pidfd_open(pid)
                     try:
                         _send(reply, ("started", pid), [pidfd])
@@ -492,9 +496,16 @@ def serve(fd: int, agent: int) -> None:
                         pass  # the agent read the status itself and went on
                 job.close()
     finally:
+        tmpdirs = [path for key in (*wanted, *(z.key for z in zygotes.values()))
+                   for path in _tmpdirs(key)]  # fmt: skip
+        tmpdirs += [path for job in jobs.values() for path in job.tmpdirs]
         for zygote in zygotes.values():
             zygote.discard()
         _finish(jobs)
+        # The agent is gone (or exiting): the TMPDIRs of its runs in flight and of those
+        # it reserved go too (their cgroups are removed at the next start).
+        for path in tmpdirs:
+            _remove_tree(path)
         sys.exit(0)
 
 
@@ -508,6 +519,27 @@ _MAX_WANTED = 4
 def _key(setup: Any) -> Any:
     """What a zygote must have been prepared for to serve `setup` (see `_Zygote`)."""
     return _NO_ZYGOTE if setup is None else spawn_key(setup)
+
+
+def _tmpdirs(setup: Any) -> tuple[str, ...]:
+    if setup is None or setup.confinement is None:
+        return ()
+    return tuple(setup.confinement.private_paths)
+
+
+def _remove_tree(path: str) -> None:
+    """As `process._remove_tree` (any depth: GNU rm as the fallback)."""
+    import shutil
+
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        pass
+    if os.path.lexists(path):
+        with contextlib.suppress(OSError):
+            pid = os.posix_spawnp("rm", ["rm", "-rf", "--one-file-system", "--", path],
+                                  {"PATH": "/usr/bin:/bin"})  # fmt: skip
+            os.waitpid(pid, 0)
 
 
 def _shares_cgroups(placement: frozenset[str], key: Any) -> bool:
@@ -526,6 +558,7 @@ def _offer(control: socket.socket, zygote: _Zygote) -> _Job | None:
         return None
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     job = _Job(zygote.pid, ours, [], -1, held, offered=zygote)
+    job.tmpdirs = _tmpdirs(zygote.key)
     try:
         _send(control, ("offer", zygote.pid, zygote.key),
               [zygote.agents.fileno(), theirs.fileno(), zygote.pidfd])  # fmt: skip

@@ -48,6 +48,20 @@ _ours: set[Path] = set()  # every directory this process created and has not rem
 _leftovers_lock = threading.Lock()
 
 
+def _forget_the_parents() -> None:
+    """In a child forked from this process: the pooled and leftover cgroups are the
+    parent's (a pooled one taken here would be shared with a run of the parent, and a
+    kill of either tree would kill both); the child makes its own."""
+    global _leftovers_lock
+    _pool.clear()
+    _leftovers.clear()
+    _ours.clear()
+    _leftovers_lock = threading.Lock()  # another thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_forget_the_parents)
+
+
 @dataclass(frozen=True)
 class CgroupBase:
     """The directory in one hierarchy under which this process creates run cgroups."""

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from sandbox.bash.confinement import Confinement, Prepared, prepare
 
 __all__ = ["PROLOGUE_FAILED", "ChildSetup", "needs_pid_namespace", "preexec_fn",
-           "shell_prologue", "spawn_key", "zygote_preparation", "zygote_rlimits"]
+           "shell_prologue", "spawn_key", "zygote_preparation", "zygote_request_steps"]
 
 # Exit status of the shell when its prologue failed: it printed why and ran nothing.
 PROLOGUE_FAILED = 125
@@ -147,24 +147,37 @@ def spawn_key(setup: ChildSetup) -> ChildSetup:
 def zygote_preparation(key: ChildSetup) -> tuple[Prepared | None, Callable[[], None]]:
     """For a zygote prepared for `key` (a `spawn_key`): what to prepare before its
     fork, and what it runs right after, ahead of its request: the whole setup
-    `preexec_fn` would run (cgroups, namespaces, read-only mounts, identity,
-    capabilities, Landlock, seccomp) but the rlimits (`zygote_rlimits`)."""
+    `preexec_fn` would run (cgroups, namespaces, read-only mounts, capabilities,
+    Landlock, seccomp) but the rlimits, and but the identity change when there is one
+    (`zygote_request_steps`): a zygote waiting as that uid would count against its
+    RLIMIT_NPROC and could be signalled by its other processes."""
     prepared = prepare(key.confinement) if key.confinement is not None else None
-    return prepared, _steps(key, prepared, namespaces=True)
+    return prepared, _steps(key, prepared, namespaces=True, identity_later=True)
 
 
-def zygote_rlimits(rlimits: tuple[tuple[int, int], ...]) -> None:
-    """In a zygote, once a request came: the run's rlimits (soft = hard). Raises
-    OSError when one is above the zygote's hard limit, which it can no longer raise."""
+def zygote_request_steps(setup: ChildSetup, prepared: Prepared | None,
+                         rlimits: tuple[tuple[int, int], ...]) -> None:  # fmt: skip
+    """In a zygote, once a request came: the run's rlimits (soft = hard), then the
+    identity change and the capabilities it kept for it, as `preexec_fn` orders them.
+    Raises OSError when a limit is above the zygote's hard limit."""
     for res, value in rlimits:
         resource.setrlimit(res, (value, value))
+    if setup.uid is not None and setup.gid is not None:
+        os.setgroups([])
+        os.setgid(setup.gid)
+        os.setuid(setup.uid)
+        if prepared is not None:
+            prepared.drop_capabilities()
 
 
-def _steps(setup: ChildSetup, prepared: Prepared | None, *,
-           namespaces: bool) -> Callable[[], None]:  # fmt: skip
+def _steps(setup: ChildSetup, prepared: Prepared | None, *, namespaces: bool,
+           identity_later: bool = False) -> Callable[[], None]:  # fmt: skip
     cgroup_procs = setup.cgroup_procs
     rlimits = ((resource.RLIMIT_CORE, 0), *setup.rlimits)
     uid, gid = setup.uid, setup.gid
+    # A zygote changes identity once its request came (zygote_request_steps): it keeps
+    # CAP_SETUID/CAP_SETGID until then, under Landlock and seccomp already.
+    later = identity_later and uid is not None
 
     def preexec() -> None:
         pid = b"%d" % os.getpid()
@@ -181,12 +194,13 @@ def _steps(setup: ChildSetup, prepared: Prepared | None, *,
                 prepared.apply_namespaces()
             prepared.lock_mounts()  # after the cgroup files are written
             prepared.drop_bounding_set()
-        if uid is not None and gid is not None:
+        if uid is not None and gid is not None and not later:
             os.setgroups([])
             os.setgid(gid)
             os.setuid(uid)
         if prepared is not None:
-            prepared.drop_capabilities()
+            if not later:
+                prepared.drop_capabilities()
             prepared.restrict()
 
     return preexec

@@ -740,6 +740,7 @@ class _Rules:
         self.rules: list[_PathBeneath] = []
         self._fds: list[int] = []
         self._stamps: list[tuple[str, tuple[int, int]]] = []
+        self._absent: list[str] = []  # granted once they exist: the rules are rebuilt
         if handled_fs:
             device = _FS_READ_FILE | _FS_WRITE_FILE | (_FS_TRUNCATE & handled_fs)
             try:
@@ -752,6 +753,8 @@ class _Rules:
                         listing_only = path.endswith("/") and len(path) > 1
                         path = path.rstrip("/") if listing_only else path
                         opened = _open_rule(path, _FS_READ_DIR if listing_only else rights)
+                        if opened is None:
+                            self._absent.append(path)
                         if opened is not None:
                             self._fds.append(opened[0])
                             self.rules.append(_PathBeneath(opened[1], opened[0]))
@@ -762,6 +765,8 @@ class _Rules:
                 raise
 
     def fresh(self) -> bool:
+        if any(os.path.exists(path) for path in self._absent):
+            return False
         for path, stamp in self._stamps:
             try:
                 st = os.stat(path)

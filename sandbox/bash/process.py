@@ -545,6 +545,8 @@ async def run_bash(
         if held is not None:
             tree, tmpdir = held.tree, held.tmpdir
             plan_confinement, protections = held.confinement, held.protections
+            if tmpdir is not None and uid is not None and gid is not None:
+                os.chown(tmpdir, uid, gid)
         else:
             tmpdir = _private_tmpdir(uid, gid) if confined else None
             if plan_request is not None:
@@ -773,7 +775,8 @@ def _reserve(signature: tuple[Any, ...], plan_request: ConfinementRequest | None
                     dropped.append(_reservations.pop(sig))
             tmpdir = None
             if plan_request is not None and plan_request.mode != "none":
-                tmpdir = _private_tmpdir(uid, gid)
+                # Ours (0700) until a run takes it: nobody else's files in it by then.
+                tmpdir = _private_tmpdir(None, None)
                 made.append(tmpdir)
             confinement, protections = None, None
             if plan_request is not None:
@@ -811,6 +814,18 @@ def _reserve_soon(signature: tuple[Any, ...], plan_request: ConfinementRequest |
         _reserve(signature, plan_request)
     else:
         loop.call_soon(_reserve, signature, plan_request)
+
+
+def _forget_the_parents_reservations() -> None:
+    """In a child forked from the agent: the reservations are the parent's (their
+    zygotes are offered to the parent's spawner, their TMPDIRs and cgroups meant for
+    the parent's runs): never taken, never discarded here."""
+    global _reservations, _reservation_lock
+    _reservations = {}
+    _reservation_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_the_parents_reservations)
 
 
 def _discard_reservations() -> None:

@@ -334,8 +334,9 @@ class Spawner:
         compact = {name: value for name, value in request.items() if name != "setup"}
         compact["rlimits"] = request["setup"].rlimits
         try:
-            _send(offer.requests, compact, fds)
+            # The spawner first: should we die between the two, it knows what to kill.
             _send(offer.reply, ("taken", list(kill_files)), [started_r])
+            _send(offer.requests, compact, fds)
         except OSError:
             offer.close()
             return None
