@@ -95,22 +95,19 @@ async def run(workspace: Path, command: str, identity: str = "root", **policy: A
     zygote = process_module._reserve.__name__ == "_reserve"  # not patched out
     held = None
     if zygote:
-        before = set(map(id, process_module._reservations.values()))
+        process_module._last_signature = None
         warm = await tool.run_async(args={"command": "true"}, tool_context=ctx())
-        new = []
-        for attempt in range(500):  # made at the event loop's next turn, then offered
-            await anyio.sleep(0.01)
-            reservations = list(process_module._reservations.values())
-            new = [r for r in reservations if id(r) not in before]
-            if new and all(r.spawner.offered(r.key) for r in reservations):
-                held = new[0]
-                break
-            if not new and ("error" in warm or attempt > 20):
-                break
-        # None made when the run was refused (confinement='required' on a machine
-        # lacking a layer, or rlimits_via='prologue' without confinement).
-        if held is None and new:
-            raise AssertionError("the reserved run's zygote was never offered")
+        signature = process_module._last_signature
+        # None when the run was refused (confinement='required' on a machine lacking a
+        # layer) or could not take one (rlimits_via='prologue' without confinement).
+        if signature is not None and "error" not in warm:
+            for _ in range(1000):  # made at the event loop's next turn, then offered
+                await anyio.sleep(0.01)
+                held = process_module._reservations.get(signature)
+                if held is not None and held.spawner.offered(held.key):
+                    break
+            else:
+                raise AssertionError("the reserved run's zygote was never offered")
     taken_before = process_module._reservations_taken
     result: dict[str, Any] = await tool.run_async(args={"command": "bash .escape.sh"},
                                                   tool_context=ctx())  # fmt: skip

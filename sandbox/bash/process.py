@@ -540,6 +540,9 @@ async def run_bash(
         reservable = tree is None and mechanism in _RESERVABLE and (
             uid is not None or confined or rlimits_via == "preexec_fn")  # fmt: skip
         signature = (mechanism, shell, plan_request, workdir, uid, gid)
+        if reservable:
+            global _last_signature
+            _last_signature = signature
         held = _take_reservation(signature) if reservable else None
         reserved = held is not None
         if held is not None:
@@ -731,6 +734,7 @@ _reservations: dict[tuple[Any, ...], _Reservation] = {}
 _MAX_RESERVATIONS = 4
 _reservation_lock = threading.Lock()
 _reservations_taken = 0  # how many runs took one (for tests and benchmarks)
+_last_signature: tuple[Any, ...] | None = None  # of the last run that could take one
 # A reservation whose zygote has not been offered by then is made again.
 _RESERVATION_PATIENCE = 2.0
 

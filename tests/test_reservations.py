@@ -1,0 +1,160 @@
+"""Reserved runs (process._reserve): each run reserves the next one like it (its cgroups,
+its private TMPDIR) and the spawner sets up a zygote for it ahead. What a reserved run
+must not change: the TMPDIR is private and the agent's own, the zygote is not a process
+of the unprivileged uid before its request, a forked agent does not share its parent's
+reservations. Real processes throughout; the confinement tests run every escape both
+ways (tests/test_confinement.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
+from sandbox.bash import process
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(os.geteuid() != 0, reason="drop_privileges and cgroups need root"),
+]
+
+
+def ctx() -> ToolContext:
+    return ToolContext(function_call_id="c", tool_confirmation=ToolConfirmation(confirmed=True))
+
+
+@pytest.fixture
+def workspace() -> Iterator[Path]:
+    ws = Path(tempfile.mkdtemp(prefix="sandbox-test-ws-"))
+    ws.chmod(0o777)  # writable by nobody, for drop_privileges=True
+    try:
+        yield ws
+    finally:
+        shutil.rmtree(ws, ignore_errors=True)
+
+
+async def reserved_after(tool: ExecuteBashTool) -> process._Reservation:
+    """Run `true`, then wait until the run it reserved has its zygote offered."""
+    process._last_signature = None
+    result = await tool.run_async(args={"command": "true"}, tool_context=ctx())
+    assert result["returncode"] == 0, result
+    signature = process._last_signature
+    assert signature is not None
+    for _ in range(1000):
+        await anyio.sleep(0.01)
+        held = process._reservations.get(signature)
+        if held is not None and held.spawner.offered(held.key):
+            return held
+    raise AssertionError("no reserved run was offered")
+
+
+async def run(tool: ExecuteBashTool, command: str) -> dict[str, Any]:
+    result: dict[str, Any] = await tool.run_async(args={"command": command},
+                                                  tool_context=ctx())  # fmt: skip
+    return result
+
+
+async def test_a_reserved_tmpdir_and_zygote_stay_roots_until_the_run_takes_them(
+        workspace: Path) -> None:  # fmt: skip
+    """With drop_privileges the command runs as nobody; until its run comes, its TMPDIR
+    is root's (nobody's other processes cannot plant files in it) and its zygote runs
+    as root (it is not one of nobody's processes: not in its RLIMIT_NPROC count, not
+    signalable by them)."""
+    (workspace / "who.sh").write_text('id -u; stat -c "%U %a" "$TMPDIR"\n')
+    tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy(drop_privileges=True))
+    held = await reserved_after(tool)
+    assert held.tmpdir is not None
+    st = os.stat(held.tmpdir)
+    assert (st.st_uid, st.st_mode & 0o777) == (0, 0o700)
+    spawner = held.spawner
+    with spawner._lock:
+        zygote = spawner._offers[held.key].pid
+    status = Path(f"/proc/{zygote}/status").read_text()
+    uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:]
+    assert uids == ["0", "0", "0", "0"], status
+    taken = process._reservations_taken
+    result = await run(tool, "bash who.sh")
+    assert process._reservations_taken == taken + 1
+    assert result["stdout"].splitlines() == ["65534", "nobody 700"], result
+    assert not os.path.exists(held.tmpdir)  # removed with the run
+
+
+async def test_a_writable_path_made_after_the_first_run_is_granted(workspace: Path) -> None:
+    """Landlock rules are built once and kept; a path absent then was never granted."""
+    later = workspace.parent / f"{workspace.name}-later"
+    tool = ExecuteBashTool(workspace=workspace,
+                           policy=BashToolPolicy(writable_paths=(str(later),)))  # fmt: skip
+    try:
+        await reserved_after(tool)
+        later.mkdir()
+        later.chmod(0o777)  # the command runs as nobody (a workspace anyone may write)
+        (workspace / "w.sh").write_text(f"echo x > {later}/made && echo ok\n")
+        result = await run(tool, "bash w.sh")
+        assert result["stdout"] == "ok\n", result
+        assert (later / "made").read_text() == "x\n"
+    finally:
+        shutil.rmtree(later, ignore_errors=True)
+
+
+_FORKING_AGENT = r"""
+import anyio, os, sys
+from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
+from sandbox.bash import process
+ws = sys.argv[1]
+ctx = lambda: ToolContext(function_call_id="c", tool_confirmation=ToolConfirmation(confirmed=True))
+tool = ExecuteBashTool(workspace=ws, policy=BashToolPolicy())
+async def first():
+    await tool.run_async(args={"command": "true"}, tool_context=ctx())
+    for _ in range(500):
+        await anyio.sleep(0.01)
+        held = list(process._reservations.values())
+        if held and all(r.spawner.offered(r.key) for r in held):
+            return
+    raise SystemExit("no reserved run was offered")
+anyio.run(first)
+async def second(who):
+    taken = process._reservations_taken
+    r = await tool.run_async(args={"command": "bash run.sh"}, tool_context=ctx())
+    print(who, process._reservations_taken - taken, r["returncode"], r["stdout"].replace("\n", "|"),
+          flush=True)
+pid = os.fork()
+if pid == 0:
+    try:
+        anyio.run(second, "child")
+    finally:
+        os._exit(0)
+anyio.run(second, "parent")
+os.waitpid(pid, 0)
+# The child's exit did not discard the parent's reservations: the next run works.
+anyio.run(second, "parent-again")
+"""
+
+
+def test_a_forked_agent_does_not_share_its_parents_reservation(workspace: Path) -> None:
+    """multiprocessing's 'fork' workers, os.fork: the parent's reserved run (its TMPDIR,
+    its cgroups, its zygote) is the parent's alone; the child makes its own."""
+    (workspace / "run.sh").write_text(
+        'echo "$TMPDIR"; grep "^0::" /proc/self/cgroup; sleep 1; ls "$TMPDIR" | wc -l\n'
+        'touch "$TMPDIR/mine"\n')
+    proc = subprocess.run([sys.executable, "-c", _FORKING_AGENT, str(workspace)],
+                          capture_output=True, text=True, timeout=50)  # fmt: skip
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    assert set(lines) == {"parent", "child", "parent-again"}, (proc.stdout, proc.stderr)
+    runs = {who: line.split(" ", 2) for who, line in lines.items()}
+    assert runs["parent"][:2] == ["1", "0"]  # took its reservation
+    assert runs["child"][:2] == ["0", "0"]  # made its own run
+    parent_tmp, parent_cg, parent_files = runs["parent"][2].split("|")[:3]
+    child_tmp, child_cg, child_files = runs["child"][2].split("|")[:3]
+    assert parent_tmp != child_tmp and parent_cg != child_cg
+    assert parent_files == child_files == "0"  # each saw an empty TMPDIR of its own
+    assert runs["parent-again"][1] == "0", lines  # returncode
