@@ -158,3 +158,21 @@ def test_a_forked_agent_does_not_share_its_parents_reservation(workspace: Path) 
     assert parent_tmp != child_tmp and parent_cg != child_cg
     assert parent_files == child_files == "0"  # each saw an empty TMPDIR of its own
     assert runs["parent-again"][1] == "0", lines  # returncode
+
+
+async def test_a_reserved_tmpdir_removed_before_its_run_is_not_used(workspace: Path) -> None:
+    """A /tmp cleaner removing the reserved TMPDIR: the run is made afresh, with a TMPDIR
+    of its own, and the reservation (its zygote, its cgroups) is let go of."""
+    (workspace / "t.sh").write_text('echo x > "$TMPDIR/f" && echo "$TMPDIR"\n')
+    tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy(drop_privileges=True))
+    held = await reserved_after(tool)
+    assert held.tmpdir is not None
+    cgroups = [Path(f).parent for f in held.tree.placement_files]
+    assert cgroups and all(c.is_dir() for c in cgroups)
+    os.rmdir(held.tmpdir)
+    taken = process._reservations_taken
+    result = await run(tool, "bash t.sh")
+    assert result["returncode"] == 0, result
+    assert result["stdout"].strip() != held.tmpdir
+    assert process._reservations_taken == taken
+    assert not any(c.exists() for c in cgroups)

@@ -754,8 +754,13 @@ def _take_reservation(signature: tuple[Any, ...]) -> _Reservation | None:
         if held is None or not held.spawner.offered(held.key):
             return None
         del _reservations[signature]
-        _reservations_taken += 1
-        return held
+        if held.tmpdir is not None and not os.path.isdir(held.tmpdir):
+            gone = held  # removed from under us (a /tmp cleaner): not usable
+        else:
+            _reservations_taken += 1
+            return held
+    gone.forget()
+    return None
 
 
 def _reserve(signature: tuple[Any, ...], plan_request: ConfinementRequest | None) -> None:
