@@ -152,7 +152,8 @@ def zygote_preparation(key: ChildSetup) -> tuple[Prepared | None, Callable[[], N
     (`zygote_request_steps`): a zygote waiting as that uid would count against its
     RLIMIT_NPROC and could be signalled by its other processes."""
     prepared = prepare(key.confinement) if key.confinement is not None else None
-    return prepared, _steps(key, prepared, namespaces=True, identity_later=True)
+    return prepared, _steps(key, prepared, namespaces=True, identity_later=True,
+                            yield_cpu=os.geteuid() == 0)  # fmt: skip
 
 
 def zygote_request_steps(setup: ChildSetup, prepared: Prepared | None,
@@ -171,7 +172,7 @@ def zygote_request_steps(setup: ChildSetup, prepared: Prepared | None,
 
 
 def _steps(setup: ChildSetup, prepared: Prepared | None, *, namespaces: bool,
-           identity_later: bool = False) -> Callable[[], None]:  # fmt: skip
+           identity_later: bool = False, yield_cpu: bool = False) -> Callable[[], None]:  # fmt: skip
     cgroup_procs = setup.cgroup_procs
     rlimits = ((resource.RLIMIT_CORE, 0), *setup.rlimits)
     uid, gid = setup.uid, setup.gid
@@ -180,6 +181,11 @@ def _steps(setup: ChildSetup, prepared: Prepared | None, *, namespaces: bool,
     later = identity_later and uid is not None
 
     def preexec() -> None:
+        if yield_cpu:
+            # A zygote sets itself up while commands may be running: at a lower
+            # priority, given back (CAP_SYS_NICE, as root) before its capabilities go.
+            priority = os.getpriority(os.PRIO_PROCESS, 0)
+            os.setpriority(os.PRIO_PROCESS, 0, min(priority + 10, 19))
         pid = b"%d" % os.getpid()
         for path in cgroup_procs:
             fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
@@ -198,6 +204,8 @@ def _steps(setup: ChildSetup, prepared: Prepared | None, *, namespaces: bool,
             os.setgroups([])
             os.setgid(gid)
             os.setuid(uid)
+        if yield_cpu:
+            os.setpriority(os.PRIO_PROCESS, 0, priority)
         if prepared is not None:
             if not later:
                 prepared.drop_capabilities()
