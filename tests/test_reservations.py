@@ -70,7 +70,8 @@ async def test_a_reserved_tmpdir_and_zygote_stay_roots_until_the_run_takes_them(
     is root's (nobody's other processes cannot plant files in it) and its zygote runs
     as root (it is not one of nobody's processes: not in its RLIMIT_NPROC count, not
     signalable by them)."""
-    (workspace / "who.sh").write_text('id -u; stat -c "%U %a" "$TMPDIR"\n')
+    (workspace / "who.sh").write_text(
+        'id -u; stat -c "%U %a" "$TMPDIR"; cut -d" " -f19 /proc/self/stat\n')
     tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy(drop_privileges=True))
     held = await reserved_after(tool)
     assert held.tmpdir is not None
@@ -85,7 +86,9 @@ async def test_a_reserved_tmpdir_and_zygote_stay_roots_until_the_run_takes_them(
     taken = process._reservations_taken
     result = await run(tool, "bash who.sh")
     assert process._reservations_taken == taken + 1
-    assert result["stdout"].splitlines() == ["65534", "nobody 700"], result
+    # Its priority is ours again (the zygote set itself up at a lower one).
+    nice = str(os.getpriority(os.PRIO_PROCESS, 0))
+    assert result["stdout"].splitlines() == ["65534", "nobody 700", nice], result
     assert not os.path.exists(held.tmpdir)  # removed with the run
 
 
