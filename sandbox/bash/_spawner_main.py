@@ -352,6 +352,7 @@ def serve(fd: int, agent: int) -> None:
         return
     _send(control, ("ready",))
     jobs: dict[int, _Job] = {}
+    agent_died = False
     poller = select.poll()
     poller.register(control.fileno(), select.POLLIN)
     poller.register(agent_fd, select.POLLIN)
@@ -360,6 +361,7 @@ def serve(fd: int, agent: int) -> None:
     # The keys of the zygotes to make when idle, oldest first: the agent asks for one
     # ("prepare") once it has reserved a run, and lets go of it ("forget").
     wanted: list[Any] = []
+    loose: list[str] = []  # TMPDIRs of jobs the agent let go of (see below)
 
     def drop(zygote: _Zygote) -> None:
         poller.unregister(zygote.sock.fileno())
@@ -380,6 +382,7 @@ def serve(fd: int, agent: int) -> None:
             # One event per poll: handling one closes and makes descriptors, so the
             # numbers in the rest of this batch may already name something else.
             if any(ready == agent_fd for ready, _ in events):
+                agent_died = True
                 return  # the agent died: finally kills everything
             for ready, _event in events[:1]:
                 if ready in zygotes:
@@ -454,7 +457,7 @@ def serve(fd: int, agent: int) -> None:
                             pass
                         reply.close()
                         continue
-                    job = _Job(pid, reply, request["kill_files"], fds[4], held)
+                    job = _Job(pid, reply, _kill_files(request["kill_files"]), fds[4], held)
                     job.tmpdirs = _tmpdirs(setup)
                     pidfd = os.pidfd_open(pid)
                     try:
@@ -478,6 +481,12 @@ def serve(fd: int, agent: int) -> None:
                     continue  # the agent gave its command straight to our offer
                 for leftover in passed:
                     os.close(leftover)
+                if message is None:
+                    # End of file: the agent let go of this job, or is dying (its
+                    # sockets close before its pidfd says so): if it dies, its TMPDIR
+                    # is ours to remove, and whether it does is not known yet.
+                    loose[:] = [p for p in loose if os.path.lexists(p)][-_MAX_LOOSE:]
+                    loose.extend(job.tmpdirs)
                 if not job.taken:
                     _revoke(job)  # an offer the agent let go of
                     status = None
@@ -499,6 +508,8 @@ def serve(fd: int, agent: int) -> None:
         tmpdirs = [path for key in (*wanted, *(z.key for z in zygotes.values()))
                    for path in _tmpdirs(key)]  # fmt: skip
         tmpdirs += [path for job in jobs.values() for path in job.tmpdirs]
+        if agent_died:
+            tmpdirs += loose
         for zygote in zygotes.values():
             zygote.discard()
         _finish(jobs)
@@ -514,6 +525,8 @@ _NO_ZYGOTE = object()
 # At most this many zygotes asked for and not made yet (the agent keeps as many
 # reservations, see process._MAX_RESERVATIONS).
 _MAX_WANTED = 4
+# TMPDIRs of jobs let go of, kept in case the agent turns out to have died.
+_MAX_LOOSE = 64
 
 
 def _key(setup: Any) -> Any:
@@ -586,9 +599,17 @@ def _note_taken(job: _Job, message: Any, passed: list[int]) -> bool:
             or len(passed) != 1):  # fmt: skip
         return False
     job.taken = True
-    job.kill_files = list(message[1])
+    job.kill_files = _kill_files(message[1])
     job.started_r = passed[0]
     return True
+
+
+def _kill_files(paths: Any) -> list[str]:
+    """The cgroup.kill files among `paths`: the only files we write "1" into, as root,
+    whoever sent them."""
+    return [path for path in paths if isinstance(path, str)
+            and os.path.basename(path) == "cgroup.kill"
+            and os.path.realpath(path).startswith("/sys/fs/cgroup/")]  # fmt: skip
 
 
 def _check_taken(job: _Job) -> None:

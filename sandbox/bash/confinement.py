@@ -1025,7 +1025,7 @@ _MS_REC, _MS_PRIVATE = 0x4000, 1 << 18
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND = 0x1, 0x20, 0x1000
 _CLONE_NEWIPC = 0x08000000
 _SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE = 442, -100, 0x8000
-_MOUNT_ATTR_RDONLY, _MOUNT_ATTR_NOSUID = 0x1, 0x2
+_MOUNT_ATTR_RDONLY, _MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
 
 
 class _MountAttr(ctypes.Structure):
@@ -1258,7 +1258,11 @@ class Prepared:
         _mount_setattr(b"/", recursive=True, set_=_MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID,
                        clear=0)
         for path in writable:
-            _mount_setattr(path, recursive=False, set_=0, clear=_MOUNT_ATTR_RDONLY)
+            # nodev: a device node made there is inert (not for what is under /dev, or
+            # a device file granted itself).
+            nodev = _MOUNT_ATTR_NODEV if os.path.isdir(path) and not (
+                path == b"/dev" or path.startswith(b"/dev/")) else 0  # fmt: skip
+            _mount_setattr(path, recursive=False, set_=nodev, clear=_MOUNT_ATTR_RDONLY)
         # The working directory was entered before the bind mounts: enter it again, so
         # that relative paths resolve on the writable mount on top.
         os.chdir(os.getcwd())

@@ -38,9 +38,12 @@ Lifetimes and descriptors:
 from __future__ import annotations
 
 import array
+import contextlib
+import io
 import os
 import pickle
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -96,7 +99,12 @@ def _send(sock: socket.socket, obj: Any, fds: list[int] | None = None) -> None:
 
 def _recv(sock: socket.socket) -> tuple[Any, list[int]]:
     fds = array.array("i")
-    data, anc, _flags, _addr = sock.recvmsg(_MAX_MESSAGE, socket.CMSG_SPACE(_MAX_FDS * fds.itemsize))
+    # Close-on-exec: descriptors of the spawner, a zygote or a command must never reach
+    # a program the agent (or the spawner) execs. Whoever holds a zygote's request
+    # socket runs code in it before it dropped its privileges, and an offer's reply
+    # socket names files the spawner writes as root.
+    data, anc, _flags, _addr = sock.recvmsg(
+        _MAX_MESSAGE, socket.CMSG_SPACE(_MAX_FDS * fds.itemsize), socket.MSG_CMSG_CLOEXEC)
     for level, kind, payload in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
@@ -104,7 +112,25 @@ def _recv(sock: socket.socket) -> tuple[Any, list[int]]:
         for fd in fds:
             os.close(fd)
         raise EOFError
-    return pickle.loads(data), list(fds)
+    try:
+        return _Unpickler(io.BytesIO(data)).load(), list(fds)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+class _Unpickler(pickle.Unpickler):
+    """Messages carry plain data and the two setup dataclasses, nothing else: a
+    message naming any other class (code to run, for pickle) is refused."""
+
+    _ALLOWED = frozenset({("sandbox.bash.child", "ChildSetup"),
+                          ("sandbox.bash.confinement", "Confinement")})  # fmt: skip
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self._ALLOWED:
+            raise pickle.UnpicklingError(f"refused in a spawner message: {module}.{name}")
+        return super().find_class(module, name)
 
 
 class SpawnedProcess:
@@ -272,7 +298,11 @@ class Spawner:
     def _take_offers(self) -> None:
         """Read the offers the spawner queued (the newest per key is kept); under
         _lock."""
-        self._sock.setblocking(False)
+        try:
+            self._sock.setblocking(False)
+        except OSError:
+            self._broken = True  # closed (replaced by a new spawner)
+            return
         try:
             while True:
                 try:
@@ -292,7 +322,8 @@ class Spawner:
                     for fd in fds:
                         os.close(fd)
         finally:
-            self._sock.setblocking(True)
+            with contextlib.suppress(OSError):
+                self._sock.setblocking(True)
 
     def prepare(self, key: object) -> None:
         """Ask for a zygote made ahead for `key` (a `child.spawn_key`: the setup of a
@@ -316,8 +347,11 @@ class Spawner:
 
     def offered(self, key: object) -> bool:
         """Whether a zygote made for `key` is offered now (and so `spawn` with it is
-        taken straight by that zygote, unless it has found itself stale)."""
+        taken straight by that zygote, unless it has found itself stale). False once
+        this spawner is closed or gone."""
         with self._lock:
+            if self._broken or self._sock.fileno() < 0:
+                return False
             self._take_offers()
             return key in self._offers
 
@@ -336,8 +370,18 @@ class Spawner:
         try:
             # The spawner first: should we die between the two, it knows what to kill.
             _send(offer.reply, ("taken", list(kill_files)), [started_r])
+        except OSError:
+            offer.close()  # an offer the spawner revoked: it sees us let go
+            return None
+        try:
             _send(offer.requests, compact, fds)
         except OSError:
+            # The zygote is gone (it ran nothing). It is reaped as it is: not killed as
+            # a run, whose cgroups the run made afresh is about to enter.
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(offer.pidfd, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                _send(offer.reply, ("reap",))
             offer.close()
             return None
         offer.requests.close()
