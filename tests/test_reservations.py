@@ -179,3 +179,76 @@ async def test_a_reserved_tmpdir_removed_before_its_run_is_not_used(workspace: P
     assert result["stdout"].strip() != held.tmpdir
     assert process._reservations_taken == taken
     assert not any(c.exists() for c in cgroups)
+
+
+async def test_an_idle_agent_holds_no_inheritable_descriptor_of_a_zygote(
+        workspace: Path) -> None:  # fmt: skip
+    """A program the agent starts (os.system, close_fds=False) must not inherit an
+    offered zygote's sockets: with them it could have the spawner write files as root,
+    or run code in a zygote that has not dropped its privileges yet."""
+    tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy(drop_privileges=True))
+    held = await reserved_after(tool)
+    with held.spawner._lock:
+        offer = held.spawner._offers[held.key]
+        fds = [offer.requests.fileno(), offer.reply.fileno(), offer.pidfd]
+    assert not any(os.get_inheritable(fd) for fd in fds)
+    seen = subprocess.run(["ls", "/proc/self/fd"], capture_output=True, text=True,
+                          close_fds=False).stdout.split()  # fmt: skip
+    assert not set(map(str, fds)) & set(seen)
+
+
+async def test_a_refused_class_in_a_spawner_message_runs_nothing() -> None:
+    from sandbox.bash.spawner import _recv, _send
+
+    class Payload:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (os.system, ("touch /tmp/never-made-by-a-message",))
+
+    import socket
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours, theirs:
+        _send(ours, {"argv": ["x"], "payload": Payload()})
+        with pytest.raises(Exception, match=r"refused in a spawner message: posix\.system"):
+            _recv(theirs)
+    assert not os.path.exists("/tmp/never-made-by-a-message")
+
+
+async def test_writable_mounts_are_nodev(workspace: Path) -> None:
+    tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy())
+    await reserved_after(tool)  # the reserved path; tests/test_confinement.py has both
+    (workspace / "m.sh").write_text(
+        'grep -E " ($(pwd)|$TMPDIR) " /proc/self/mountinfo | grep -c nodev\n')
+    result = await run(tool, "bash m.sh")
+    assert result["stdout"].strip() == "2", result
+
+
+async def test_runs_go_on_when_the_spawner_holding_reservations_died(
+        workspace: Path, tmp_path: Path) -> None:  # fmt: skip
+    """Reservations of two policies; the spawner SIGKILLed: each next run is made by a
+    new spawner, none fails on the old one's closed socket."""
+    other = tmp_path / "other"
+    other.mkdir()
+    tools = [ExecuteBashTool(workspace=workspace, policy=BashToolPolicy()),
+             ExecuteBashTool(workspace=other, policy=BashToolPolicy(network="loopback"))]
+    for tool in tools:
+        held = await reserved_after(tool)
+    os.kill(held.spawner.pid, 9)
+    await anyio.sleep(0.2)
+    for tool in (*tools, *tools):
+        result = await run(tool, "echo ok")
+        assert result.get("stdout") == "ok\n", result
+
+
+async def test_a_zygote_dead_while_offered_does_not_take_its_run_with_it(
+        workspace: Path) -> None:  # fmt: skip
+    """The offered zygote SIGKILLed (say by the OOM killer) before the run that takes
+    it: the run is made afresh and completes; it is not killed as the dead zygote's."""
+    tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy())
+    held = await reserved_after(tool)
+    with held.spawner._lock:
+        zygote = held.spawner._offers[held.key].pid
+    os.kill(zygote, 9)
+    (workspace / "s.sh").write_text("sleep 0.3; echo done\n")
+    result = await run(tool, "bash s.sh")
+    assert (result.get("stdout"), result.get("returncode")) == ("done\n", 0), result

@@ -23,7 +23,7 @@ from sandbox.bash.child import (
     zygote_request_steps,
 )
 from sandbox.bash.confinement import pid_namespace
-from sandbox.bash.spawner import STALE, _recv, _send
+from sandbox.bash.spawner import RECEIVED, STALE, _recv, _send
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _PR_SET_PDEATHSIG = 1
@@ -243,6 +243,8 @@ def _zygote_main(sock: socket.socket, requests: socket.socket, ahead: Any,
         except (EOFError, OSError):
             os._exit(0)  # discarded (by us, or by the agent)
         out_w, err_w, started_w, passed = fds[0], fds[1], fds[2], fds[3:]
+        if source is requests:
+            os.write(started_w, RECEIVED)
         if source is requests and prepared is not None:
             # Straight from the agent: check here what we would have checked before
             # handing it over (nothing it was prepared from may have changed since).

@@ -67,6 +67,9 @@ class SpawnerError(SandboxError):
 # state of the machine that has changed since (the command then goes through the
 # spawner, see `process.run_bash`).
 STALE = "stale zygote"
+# What a zygote given a request straight from the agent writes first on its "started"
+# pipe: it got the request (one that died before has run nothing, and says nothing).
+RECEIVED = b"\0"
 
 
 class _Offer:
@@ -144,7 +147,10 @@ class SpawnedProcess:
     may not be in its cgroups yet.
     """
 
-    def __init__(self, pid: int, pidfd: int, reply: socket.socket, started_fd: int) -> None:
+    def __init__(self, pid: int, pidfd: int, reply: socket.socket, started_fd: int,
+                 *, acknowledges: bool = False) -> None:  # fmt: skip
+        # A zygote writes RECEIVED on the "started" pipe once it has the request.
+        self.acknowledges = acknowledges
         self.pid = pid
         self.pidfd = pidfd
         self.started_fd = started_fd
@@ -181,10 +187,18 @@ class SpawnedProcess:
 
     def setup_error(self) -> str | None:
         """Why the child could not set itself up (it then exited with status 127), or
-        None if it exec'd. Meaningful once `poll_started` is True."""
-        if not self.poll_started() or not self._setup_error:
+        None if it exec'd. Meaningful once `poll_started` is True (and, for a zygote,
+        once it has exited: one that died before it received the request ran nothing
+        and says so: STALE)."""
+        if not self.poll_started():
             return None
-        return self._setup_error.decode("utf-8", "replace")
+        error = self._setup_error
+        if self.acknowledges:
+            if not error.startswith(RECEIVED):
+                return (f"{STALE}: the prepared child died before it received the command"
+                        if self.poll_exited() else None)  # fmt: skip
+            error = error[len(RECEIVED):]
+        return error.decode("utf-8", "replace") if error else None
 
     def wait(self) -> int:
         """The (exited) process's exit code, Popen-style; the spawner reaps it.
@@ -386,7 +400,7 @@ class Spawner:
             return None
         offer.requests.close()
         pidfd, offer.pidfd = offer.pidfd, -1
-        return SpawnedProcess(offer.pid, pidfd, offer.reply, started_r)
+        return SpawnedProcess(offer.pid, pidfd, offer.reply, started_r, acknowledges=True)
 
     def spawn(self, argv: list[str], *, cwd: str, env: dict[str, str], setup: object,
               stdout_w: int, stderr_w: int, pass_fds: tuple[int, ...] = (),
