@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -178,3 +180,15 @@ def processes() -> Iterator[Processes]:
         yield procs
     finally:
         procs.kill_all()
+
+
+@pytest.fixture
+def shared_workspace() -> Iterator[Path]:
+    """A workspace a command run as nobody can reach and write (drop_privileges=True).
+    Not under pytest's tmp_path, which is 0700 for root."""
+    ws = Path(tempfile.mkdtemp(prefix="sandbox-test-ws-"))
+    ws.chmod(0o777)
+    try:
+        yield ws
+    finally:
+        shutil.rmtree(ws, ignore_errors=True)

@@ -58,14 +58,8 @@ def ctx() -> ToolContext:
 
 
 @pytest.fixture
-def workspace() -> Iterator[Path]:
-    # Not under pytest's tmp_path (0700 for root): nobody must reach it too.
-    ws = Path(tempfile.mkdtemp(prefix="sandbox-test-ws-"))
-    ws.chmod(0o777)  # writable by nobody, for drop_privileges=True
-    try:
-        yield ws
-    finally:
-        shutil.rmtree(ws, ignore_errors=True)
+def workspace(shared_workspace: Path) -> Path:
+    return shared_workspace
 
 
 # How a command is started: forked by the spawner and set up then ("fresh"), or by a

@@ -11,8 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +32,8 @@ def ctx() -> ToolContext:
 
 
 @pytest.fixture
-def workspace() -> Iterator[Path]:
-    ws = Path(tempfile.mkdtemp(prefix="sandbox-test-ws-"))
-    ws.chmod(0o777)  # writable by nobody, for drop_privileges=True
-    try:
-        yield ws
-    finally:
-        shutil.rmtree(ws, ignore_errors=True)
+def workspace(shared_workspace: Path) -> Path:
+    return shared_workspace
 
 
 async def reserved_after(tool: ExecuteBashTool) -> process._Reservation:
