@@ -97,8 +97,9 @@ async def run(workspace: Path, command: str, identity: str = "root", **policy: A
         if signature is not None and "error" not in warm:
             for _ in range(1000):  # made at the event loop's next turn, then offered
                 await anyio.sleep(0.01)
-                held = process_module._reservations.get(signature)
-                if held is not None and held.spawner.offered(held.key):
+                kept = process_module._reservations.get(signature, [])
+                if kept and all(r.spawner.offered(r.key) for r in kept):
+                    held = kept[0]
                     break
             else:
                 raise AssertionError("the reserved run's zygote was never offered")

@@ -54,8 +54,8 @@ def leftover_cgroup_dirs() -> list[Path]:
     run (at most cgroups._POOL_SIZE per hierarchy, removed at exit)."""
     dirs = our_cgroup_dirs()
     # The next runs' reservations: their cgroups hold at most the zygote made for each.
-    reserved = {Path(f).parent for held in process_module._reservations.values()
-                for f in held.tree.placement_files}
+    reserved = {Path(f).parent for kept in process_module._reservations.values()
+                for held in kept for f in held.tree.placement_files}
     for d in reserved:
         assert len((d / "cgroup.procs").read_text().split()) <= 1, d
     busy = [d for d in dirs if (d / "cgroup.procs").read_text().strip() and d not in reserved]

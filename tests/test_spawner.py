@@ -212,7 +212,7 @@ async def main():
     await run_bash("true", cwd=one, **kwargs)   # reserves the next run in `one`
     for _ in range(500):
         await anyio.sleep(0.01)
-        held = list(process._reservations.values())
+        held = [r for kept in process._reservations.values() for r in kept]
         if held and all(r.spawner.offered(r.key) for r in held):
             break
     print(Spawner.shared().pid, *[r.tmpdir for r in held], flush=True)

@@ -525,8 +525,8 @@ def serve(fd: int, agent: int) -> None:
 # Requests without a setup (nothing to do between fork and exec) need no zygote.
 _NO_ZYGOTE = object()
 # At most this many zygotes asked for and not made yet (the agent keeps as many
-# reservations, see process._MAX_RESERVATIONS).
-_MAX_WANTED = 4
+# reservations: process._MAX_RESERVATIONS signatures, _RESERVED_PER_SIGNATURE each).
+_MAX_WANTED = 8
 # TMPDIRs of jobs let go of, kept in case the agent turns out to have died.
 _MAX_LOOSE = 64
 

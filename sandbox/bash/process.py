@@ -729,9 +729,12 @@ class _Reservation:
                 _remove_tree(self.tmpdir)
 
 
-# By signature, oldest first: an agent may alternate tools with different policies.
-_reservations: dict[tuple[Any, ...], _Reservation] = {}
-_MAX_RESERVATIONS = 4
+# By signature, least recently reserved first (an agent may alternate tools with
+# different policies), each a list: back to back, one run takes a reservation while the
+# next is still being made, and a second one ready absorbs it.
+_reservations: dict[tuple[Any, ...], list[_Reservation]] = {}
+_MAX_RESERVATIONS = 4  # signatures
+_RESERVED_PER_SIGNATURE = 2
 _reservation_lock = threading.Lock()
 _reservations_taken = 0  # how many runs took one (for tests and benchmarks)
 _last_signature: tuple[Any, ...] | None = None  # of the last run that could take one
@@ -747,13 +750,14 @@ def _private_tmpdir(uid: int | None, gid: int | None) -> str:
 
 
 def _take_reservation(signature: tuple[Any, ...]) -> _Reservation | None:
-    """The run reserved for one like this, if its zygote is offered now."""
+    """A run reserved for one like this, whose zygote is offered now (the oldest)."""
     global _reservations_taken
     with _reservation_lock:
-        held = _reservations.get(signature)
-        if held is None or not held.spawner.offered(held.key):
+        ready = [r for r in _reservations.get(signature, ()) if r.spawner.offered(r.key)]
+        if not ready:
             return None
-        del _reservations[signature]
+        held = ready[0]
+        _reservations[signature].remove(held)
         if held.tmpdir is not None and not os.path.isdir(held.tmpdir):
             gone = held  # removed from under us (a /tmp cleaner): not usable
         else:
@@ -764,44 +768,52 @@ def _take_reservation(signature: tuple[Any, ...]) -> _Reservation | None:
 
 
 def _reserve(signature: tuple[Any, ...], plan_request: ConfinementRequest | None) -> None:
-    """Reserve the next run like this one (its tree, its TMPDIR) and ask the spawner
-    for a zygote set up for it (see above). Never raises: without a reservation the
-    next run sets itself up as usual."""
+    """Reserve the next runs like this one (their trees, their TMPDIRs) and ask the
+    spawner for a zygote set up for each (see above). Never raises: without a
+    reservation the next run sets itself up as usual."""
     mechanism, shell, _, workdir, uid, gid = signature
     made: list[Any] = []
     dropped: list[_Reservation] = []
     try:
         spawner = Spawner.shared()
         with _reservation_lock:
-            held = _reservations.get(signature)
-            if (held is not None and held.spawner is spawner
-                    and time.monotonic() - held.made < _RESERVATION_PATIENCE):  # fmt: skip
-                return  # its zygote is on its way (or offered)
-            # This one made again, those of a spawner that is gone, the oldest beyond
-            # the bound: discarded.
-            for sig, other in list(_reservations.items()):
-                if sig == signature or other.spawner is not spawner:
-                    dropped.append(_reservations.pop(sig))
-            tmpdir = None
-            if plan_request is not None and plan_request.mode != "none":
-                # Ours (0700) until a run takes it: nobody else's files in it by then.
-                tmpdir = _private_tmpdir(None, None)
-                made.append(tmpdir)
-            confinement, protections = None, None
-            if plan_request is not None:
-                confinement, protections = plan(
-                    plan_request, workspace=workdir, tmpdir=tmpdir, drops_to_uid=uid is not None
-                )
-            tree = open_tree(mechanism, limit_processes=True, shell=shell)
-            made.append(tree)
-            key = ChildSetup(cgroup_procs=tree.placement_files, uid=uid, gid=gid,
-                             confinement=confinement)  # fmt: skip
-            spawner.prepare(key)
-            _reservations[signature] = _Reservation(
-                signature, key, tree, tmpdir, confinement, protections, spawner,
-                time.monotonic())  # fmt: skip
+            # Those of a spawner that is gone, and those whose zygote is overdue, are
+            # discarded (then made again); this signature becomes the most recent.
+            now = time.monotonic()
+            for sig in list(_reservations):
+                kept = []
+                for other in _reservations.pop(sig):
+                    if other.spawner is spawner and (
+                            now - other.made < _RESERVATION_PATIENCE
+                            or other.spawner.offered(other.key)):  # fmt: skip
+                        kept.append(other)
+                    else:
+                        dropped.append(other)
+                if kept or sig == signature:
+                    _reservations[sig] = kept
+            held = _reservations.pop(signature, [])
+            _reservations[signature] = held
+            while len(held) < _RESERVED_PER_SIGNATURE:
+                tmpdir = None
+                if plan_request is not None and plan_request.mode != "none":
+                    # Ours (0700) until a run takes it: nobody else's files in it by then.
+                    tmpdir = _private_tmpdir(None, None)
+                    made.append(tmpdir)
+                confinement, protections = None, None
+                if plan_request is not None:
+                    confinement, protections = plan(
+                        plan_request, workspace=workdir, tmpdir=tmpdir,
+                        drops_to_uid=uid is not None)  # fmt: skip
+                tree = open_tree(mechanism, limit_processes=True, shell=shell)
+                made.append(tree)
+                key = ChildSetup(cgroup_procs=tree.placement_files, uid=uid, gid=gid,
+                                 confinement=confinement)  # fmt: skip
+                spawner.prepare(key)
+                held.append(_Reservation(signature, key, tree, tmpdir, confinement,
+                                         protections, spawner, time.monotonic()))  # fmt: skip
+                made.clear()
             while len(_reservations) > _MAX_RESERVATIONS:
-                dropped.append(_reservations.pop(next(iter(_reservations))))
+                dropped.extend(_reservations.pop(next(iter(_reservations))))
     except Exception:  # an optimisation: the next run does without
         for thing in made:
             if isinstance(thing, str):
@@ -839,7 +851,7 @@ os.register_at_fork(after_in_child=_forget_the_parents_reservations)
 
 def _discard_reservations() -> None:
     with _reservation_lock:
-        held = list(_reservations.values())
+        held = [r for kept in _reservations.values() for r in kept]
         _reservations.clear()
     for reservation in held:
         reservation.discard()
