@@ -245,3 +245,81 @@ async def test_a_zygote_dead_while_offered_does_not_take_its_run_with_it(
     (workspace / "s.sh").write_text("sleep 0.3; echo done\n")
     result = await run(tool, "bash s.sh")
     assert (result.get("stdout"), result.get("returncode")) == ("done\n", 0), result
+
+
+async def test_an_env_value_of_a_str_subclass_runs(workspace: Path) -> None:
+    """An enum member as an env value (a str subclass): the spawner, which refuses any
+    class in its messages, gets plain text, and nothing else running is lost."""
+    import enum
+
+    class Method(str, enum.Enum):
+        GET = "GET"
+
+    tool = ExecuteBashTool(workspace=workspace,
+                           policy=BashToolPolicy(env={"PATH": "/usr/bin:/bin", "M": Method.GET}))
+    for _ in range(2):  # fresh, then through the run reserved by the first
+        result = await run(tool, 'echo "$M"')
+        assert result.get("stdout") == "GET\n", result
+
+
+_AGENT_WITHOUT_SYS_NICE = r"""
+import anyio, sys
+from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
+from sandbox.bash import process
+ctx = lambda: ToolContext(function_call_id="c", tool_confirmation=ToolConfirmation(confirmed=True))
+tool = ExecuteBashTool(workspace=sys.argv[1], policy=BashToolPolicy())
+async def main():
+    for _ in range(4):
+        r = await tool.run_async(args={"command": "true"}, tool_context=ctx())
+        assert r["returncode"] == 0, r
+        await anyio.sleep(0.3)
+    print(process._reservations_taken)
+anyio.run(main)
+"""
+
+
+def test_reserved_runs_work_for_root_without_cap_sys_nice(workspace: Path) -> None:
+    """Root in a container often lacks CAP_SYS_NICE: a zygote may not lower its
+    priority then (it could not give it back), and must still set itself up."""
+    proc = subprocess.run(
+        ["setpriv", "--inh-caps=-sys_nice", "--bounding-set=-sys_nice", sys.executable, "-c",
+         _AGENT_WITHOUT_SYS_NICE, str(workspace)],
+        capture_output=True, text=True, timeout=50)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert int(proc.stdout.strip()) == 3, (proc.stdout, proc.stderr[-2000:])
+
+
+def test_a_child_forked_while_another_thread_probes_does_not_hang() -> None:
+    """A fork while another thread held a lock of the first command's probes left the
+    child waiting for it forever."""
+    import threading
+
+    from sandbox.bash import confinement, containment, spawner
+
+    locks = [confinement._detect_lock, confinement._rules_lock, containment._detect_lock,
+             spawner.Spawner._shared_lock]  # fmt: skip
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        for lock in locks:
+            lock.acquire()
+        held.set()
+        release.wait()
+        for lock in locks:
+            lock.release()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            ok = all(lock.acquire(timeout=2) for lock in (
+                confinement._detect_lock, confinement._rules_lock, containment._detect_lock,
+                spawner.Spawner._shared_lock))  # fmt: skip
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        release.set()
+        holder.join()

@@ -8,6 +8,7 @@ import contextlib
 import ctypes
 import gc
 import os
+import pickle
 import select
 import signal
 import socket
@@ -263,8 +264,12 @@ def _zygote_main(sock: socket.socket, requests: socket.socket, ahead: Any,
         except (OSError, ValueError) as e:
             raise OSError(f"{STALE}: the prepared child cannot finish its setup: {e}") from e
     except BaseException as e:
+        why = f"{type(e).__name__}: {e}"[:4000]
         if started_w >= 0:
-            os.write(started_w, f"{type(e).__name__}: {e}".encode()[:4000])
+            os.write(started_w, why.encode())
+        else:
+            with contextlib.suppress(OSError):
+                _send(sock, ("failed", why))  # its setup, before any request
         os._exit(127)
     _child(request, out_w, err_w, passed, started_w, None, zygote=True)
 
@@ -296,12 +301,17 @@ def _kill(job: _Job) -> None:
     # would miss it. Its setup is short and runs no user code.
     if job.started_r >= 0:
         select.select([job.started_r], [], [], 0.05)
-    for path in job.kill_files:
+    for path in job.kill_files:  # resolved when received: no link followed now
         try:
-            with open(path, "w") as f:
-                f.write("1")
+            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            os.write(fd, b"1")
         except OSError:
             pass
+        finally:
+            os.close(fd)
     try:
         os.kill(job.pid, signal.SIGTERM)  # a subreaper or unshare takes its tree down
     except ProcessLookupError:
@@ -364,6 +374,7 @@ def serve(fd: int, agent: int) -> None:
     # ("prepare") once it has reserved a run, and lets go of it ("forget").
     wanted: list[Any] = []
     loose: list[str] = []  # TMPDIRs of jobs the agent let go of (see below)
+    failed: list[str] = []  # why the zygotes made since the last one offered failed
 
     def drop(zygote: _Zygote) -> None:
         poller.unregister(zygote.sock.fileno())
@@ -389,16 +400,29 @@ def serve(fd: int, agent: int) -> None:
             for ready, _event in events[:1]:
                 if ready in zygotes:
                     poller.unregister(ready)
-                    job = _offer(control, zygotes.pop(ready))
+                    job = _offer(control, zygotes.pop(ready), failed)
                     if job is not None:
                         jobs[job.reply.fileno()] = job
                         poller.register(job.reply.fileno(), select.POLLIN)
+                        failed.clear()
+                    elif len(failed) == _MAX_FAILED:
+                        # Set up afresh from now on (the same, between fork and exec),
+                        # said once: a zygote that cannot set itself up here will not.
+                        print("sandbox spawner: zygotes keep failing their setup "
+                              f"({failed[-1]}); commands are set up when they come",
+                              file=sys.stderr)  # fmt: skip
+                        wanted.clear()
                     continue
                 if ready == control.fileno():
                     try:
                         request, fds = _recv(control)
                     except (EOFError, OSError):
                         return  # the agent closed us: it is exiting
+                    except pickle.UnpicklingError as e:
+                        # Never from the agent's own code (it sends plain data): not a
+                        # reason to end the commands running.
+                        print(f"sandbox spawner: a message was refused: {e}", file=sys.stderr)
+                        continue
                     if isinstance(request, tuple) and request[:1] in (("prepare",),
                                                                       ("forget",)):
                         for extra in fds:
@@ -407,7 +431,9 @@ def serve(fd: int, agent: int) -> None:
                         made = [z for z in zygotes.values() if z.key == key]
                         offered = [j for j in jobs.values() if not j.taken and j.offered == key]
                         if kind == "prepare":
-                            if not made and not offered and key not in wanted:
+                            if len(failed) >= _MAX_FAILED:
+                                pass  # zygotes fail here: see above
+                            elif not made and not offered and key not in wanted:
                                 wanted.append(key)
                                 del wanted[:-_MAX_WANTED]
                         else:
@@ -529,6 +555,8 @@ _NO_ZYGOTE = object()
 _MAX_WANTED = 8
 # TMPDIRs of jobs let go of, kept in case the agent turns out to have died.
 _MAX_LOOSE = 64
+# Zygotes that failed their setup in a row, after which none is made.
+_MAX_FAILED = 3
 
 
 def _key(setup: Any) -> Any:
@@ -561,14 +589,16 @@ def _shares_cgroups(placement: frozenset[str], key: Any) -> bool:
     return key is not _NO_ZYGOTE and not placement.isdisjoint(key.cgroup_procs)
 
 
-def _offer(control: socket.socket, zygote: _Zygote) -> _Job | None:
+def _offer(control: socket.socket, zygote: _Zygote, failed: list[str]) -> _Job | None:
     """The zygote said it is ready: offer it to the agent (its request socket, a reply
-    socket to us, its pidfd), and watch it as a job not taken yet."""
+    socket to us, its pidfd), and watch it as a job not taken yet. One that failed its
+    setup says why: appended to `failed`."""
     try:
         ready, held = _recv(zygote.sock)
         if ready != ("ready",) or zygote.agents is None:
             raise OSError(f"it said {ready!r}")
-    except (EOFError, OSError):
+    except (EOFError, OSError) as e:
+        failed.append(str(e))
         zygote.discard()
         return None
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -609,9 +639,9 @@ def _note_taken(job: _Job, message: Any, passed: list[int]) -> bool:
 def _kill_files(paths: Any) -> list[str]:
     """The cgroup.kill files among `paths`: the only files we write "1" into, as root,
     whoever sent them."""
-    return [path for path in paths if isinstance(path, str)
-            and os.path.basename(path) == "cgroup.kill"
-            and os.path.realpath(path).startswith("/sys/fs/cgroup/")]  # fmt: skip
+    resolved = (os.path.realpath(path) for path in paths if isinstance(path, str))
+    return [path for path in resolved if os.path.basename(path) == "cgroup.kill"
+            and path.startswith("/sys/fs/cgroup/")]  # fmt: skip
 
 
 def _check_taken(job: _Job) -> None:

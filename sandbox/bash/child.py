@@ -153,7 +153,24 @@ def zygote_preparation(key: ChildSetup) -> tuple[Prepared | None, Callable[[], N
     RLIMIT_NPROC and could be signalled by its other processes."""
     prepared = prepare(key.confinement) if key.confinement is not None else None
     return prepared, _steps(key, prepared, namespaces=True, identity_later=True,
-                            yield_cpu=os.geteuid() == 0)  # fmt: skip
+                            yield_cpu=_can_raise_priority())  # fmt: skip
+
+
+_CAP_SYS_NICE = 23
+_raise_priority: list[bool] = []
+
+
+def _can_raise_priority() -> bool:
+    """Whether this process holds CAP_SYS_NICE (root in a container may not): what a
+    zygote needs to give back the priority it lowered."""
+    if not _raise_priority:
+        try:
+            with open("/proc/self/status") as f:
+                caps = next(line for line in f if line.startswith("CapEff:"))
+            _raise_priority.append(bool(int(caps.split()[1], 16) >> _CAP_SYS_NICE & 1))
+        except (OSError, StopIteration, ValueError):
+            _raise_priority.append(False)
+    return _raise_priority[0]
 
 
 def zygote_request_steps(setup: ChildSetup, prepared: Prepared | None,

@@ -206,6 +206,14 @@ class KernelSupport:
 
 _detected: KernelSupport | None = None
 _detect_lock = threading.Lock()
+
+
+def _forget_the_parents_locks() -> None:
+    """In a child forked while another thread held one of these (its first command's
+    probes): the child would wait for it forever."""
+    global _detect_lock, _rules_lock
+    _detect_lock = threading.Lock()
+    _rules_lock = threading.Lock()
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _libc.prctl.restype = ctypes.c_int
@@ -651,7 +659,8 @@ class _EtcSecrets:
             import shutil
             import tempfile
 
-            root = tempfile.mkdtemp(prefix="sandbox-hidden-")
+            _remove_stale_placeholders(tempfile.gettempdir())
+            root = tempfile.mkdtemp(prefix=f"sandbox-hidden-{os.getpid()}-")
             os.chmod(root, 0o755)
             file, directory = os.path.join(root, "file"), os.path.join(root, "dir")
             os.close(os.open(file, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0))
@@ -663,6 +672,32 @@ class _EtcSecrets:
             atexit.register(shutil.rmtree, root, ignore_errors=True)
             self.placeholders = (os.fsencode(root), os.fsencode(file), os.fsencode(directory))
         return self.placeholders
+
+
+def _remove_stale_placeholders(tmp: str) -> None:
+    """Placeholder directories of spawners that are gone (removed at exit, but not
+    after a SIGKILL): named after their pid."""
+    import shutil
+
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) != 4 or parts[:2] != ["sandbox", "hidden"] or not parts[2].isdigit():
+            continue
+        pid = int(parts[2])
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # alive (or another process now has its pid: left alone)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
 
 
 _etc_secrets = _EtcSecrets()
@@ -812,6 +847,7 @@ _ZERO = ctypes.c_uint32(0)
 
 _rules_cache: dict[Confinement, _Rules] = {}
 _rules_lock = threading.Lock()
+os.register_at_fork(after_in_child=_forget_the_parents_locks)
 _RULES_CACHED = 8
 
 

@@ -453,6 +453,15 @@ _detected = _Detected()
 _detect_lock = threading.Lock()
 
 
+def _forget_the_parents_lock() -> None:
+    """In a child forked while another thread held it (its first command's probes)."""
+    global _detect_lock
+    _detect_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_the_parents_lock)
+
+
 def _run_probe(argv: list[str]) -> tuple[bool, str]:
     try:
         done = subprocess.run(

@@ -753,7 +753,11 @@ def _take_reservation(signature: tuple[Any, ...]) -> _Reservation | None:
     """A run reserved for one like this, whose zygote is offered now (the oldest)."""
     global _reservations_taken
     with _reservation_lock:
-        ready = [r for r in _reservations.get(signature, ()) if r.spawner.offered(r.key)]
+        kept = _reservations.get(signature)
+        if not kept:
+            return None
+        offered = kept[0].spawner.offered_keys()  # one spawner: see _reserve
+        ready = [r for r in kept if r.key in offered]
         if not ready:
             return None
         held = ready[0]
@@ -994,6 +998,13 @@ def _remove_tree(path: str) -> None:
     once per directory level and works on whole paths: 1,500 nested directories raised
     RecursionError out of the tool call and left the directory behind, and deeper trees
     pass PATH_MAX. GNU rm walks any depth with openat (fts): it is the fallback."""
+    try:
+        os.rmdir(path)  # most commands leave their TMPDIR empty
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
     try:
         shutil.rmtree(path, ignore_errors=True)
     except RecursionError:

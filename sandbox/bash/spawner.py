@@ -359,6 +359,15 @@ class Spawner:
             except OSError:
                 self._broken = True
 
+    def offered_keys(self) -> set[object]:
+        """The keys of the zygotes offered now (empty once this spawner is closed or
+        gone)."""
+        with self._lock:
+            if self._broken or self._sock.fileno() < 0:
+                return set()
+            self._take_offers()
+            return set(self._offers)
+
     def offered(self, key: object) -> bool:
         """Whether a zygote made for `key` is offered now (and so `spawn` with it is
         taken straight by that zygote, unless it has found itself stale). False once
@@ -408,6 +417,11 @@ class Spawner:
               use_offer: bool = True) -> SpawnedProcess:
         """Start a command: through the zygote the spawner offered for `zygote_key`
         (the request goes straight to it), else through the spawner."""
+        # Plain str (a str subclass, an enum member say, would name its class in the
+        # message, which the spawner refuses), exactly the text exec would pass.
+        argv = [str.__str__(arg) for arg in argv]
+        env = {str.__str__(k): str.__str__(v) for k, v in env.items()}
+        cwd = str.__str__(cwd)
         reply, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         started_r, started_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         request = {"argv": argv, "cwd": cwd, "env": env, "setup": setup,
@@ -467,6 +481,18 @@ class Spawner:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+
+
+def _forget_the_parents_spawner() -> None:
+    """In a child forked from the agent: another thread may have held these locks at
+    the fork; the child starts its own spawner (`shared` sees the pid changed)."""
+    Spawner._shared_lock = threading.Lock()
+    if Spawner._shared is not None:
+        Spawner._shared._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_the_parents_spawner)
 
 
 # The spawner's own program: loaded with -I -S, it imports the three modules it needs
