@@ -272,7 +272,11 @@ async def main():
     for _ in range(4):
         r = await tool.run_async(args={"command": "true"}, tool_context=ctx())
         assert r["returncode"] == 0, r
-        await anyio.sleep(0.3)
+        for _ in range(1000):  # until the next run's zygotes are offered
+            await anyio.sleep(0.01)
+            kept = process._reservations.get(process._last_signature, [])
+            if kept and all(x.spawner.offered(x.key) for x in kept):
+                break
     print(process._reservations_taken)
 anyio.run(main)
 """
