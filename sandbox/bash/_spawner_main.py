@@ -24,7 +24,7 @@ from sandbox.bash.child import (
     zygote_request_steps,
 )
 from sandbox.bash.confinement import pid_namespace
-from sandbox.bash.spawner import RECEIVED, STALE, _recv, _send
+from sandbox.bash.spawner import RECEIVED, STALE, _recv, _send, remove_tree
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _PR_SET_PDEATHSIG = 1
@@ -189,6 +189,11 @@ class _Zygote:
 
     def close(self) -> None:
         self.sock.close()
+        self.release()
+
+    def release(self) -> None:
+        """Close our copies of its descriptors but its socket to us (an offered
+        zygote, watched as a job, keeps it) and its ruleset."""
         if self.agents is not None:
             self.agents.close()
             self.agents = None
@@ -544,7 +549,7 @@ def serve(fd: int, agent: int) -> None:
         # The agent is gone (or exiting): the TMPDIRs of its runs in flight and of those
         # it reserved go too (their cgroups are removed at the next start).
         for path in tmpdirs:
-            _remove_tree(path)
+            remove_tree(path)
         sys.exit(0)
 
 
@@ -568,21 +573,6 @@ def _tmpdirs(setup: Any) -> tuple[str, ...]:
     if setup is None or setup.confinement is None:
         return ()
     return tuple(setup.confinement.private_paths)
-
-
-def _remove_tree(path: str) -> None:
-    """As `process._remove_tree` (any depth: GNU rm as the fallback)."""
-    import shutil
-
-    try:
-        shutil.rmtree(path, ignore_errors=True)
-    except RecursionError:
-        pass
-    if os.path.lexists(path):
-        with contextlib.suppress(OSError):
-            pid = os.posix_spawnp("rm", ["rm", "-rf", "--one-file-system", "--", path],
-                                  {"PATH": "/usr/bin:/bin"})  # fmt: skip
-            os.waitpid(pid, 0)
 
 
 def _shares_cgroups(placement: frozenset[str], key: Any) -> bool:
@@ -614,14 +604,7 @@ def _offer(control: socket.socket, zygote: _Zygote, failed: list[str]) -> _Job |
         return None
     finally:
         theirs.close()
-    zygote.agents.close()
-    zygote.agents = None
-    if zygote.pidfd >= 0:
-        os.close(zygote.pidfd)
-        zygote.pidfd = -1
-    if zygote.prepared is not None:
-        zygote.prepared.close()  # our copy of its ruleset
-        zygote.prepared = None
+    zygote.release()
     return job
 
 

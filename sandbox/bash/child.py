@@ -25,6 +25,7 @@ its cgroup; the confinement's dropped capabilities and Landlock rules do (SECURI
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import resource
 import shlex
@@ -157,20 +158,18 @@ def zygote_preparation(key: ChildSetup) -> tuple[Prepared | None, Callable[[], N
 
 
 _CAP_SYS_NICE = 23
-_raise_priority: list[bool] = []
 
 
+@functools.cache
 def _can_raise_priority() -> bool:
     """Whether this process holds CAP_SYS_NICE (root in a container may not): what a
     zygote needs to give back the priority it lowered."""
-    if not _raise_priority:
-        try:
-            with open("/proc/self/status") as f:
-                caps = next(line for line in f if line.startswith("CapEff:"))
-            _raise_priority.append(bool(int(caps.split()[1], 16) >> _CAP_SYS_NICE & 1))
-        except (OSError, StopIteration, ValueError):
-            _raise_priority.append(False)
-    return _raise_priority[0]
+    try:
+        with open("/proc/self/status") as f:
+            caps = next(line for line in f if line.startswith("CapEff:"))
+        return bool(int(caps.split()[1], 16) >> _CAP_SYS_NICE & 1)
+    except (OSError, StopIteration, ValueError):
+        return False
 
 
 def zygote_request_steps(setup: ChildSetup, prepared: Prepared | None,
@@ -181,11 +180,16 @@ def zygote_request_steps(setup: ChildSetup, prepared: Prepared | None,
     for res, value in rlimits:
         resource.setrlimit(res, (value, value))
     if setup.uid is not None and setup.gid is not None:
-        os.setgroups([])
-        os.setgid(setup.gid)
-        os.setuid(setup.uid)
+        _become(setup.uid, setup.gid)
         if prepared is not None:
             prepared.drop_capabilities()
+
+
+def _become(uid: int, gid: int) -> None:
+    """The identity change: no supplementary groups, then gid, then uid."""
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
 
 
 def _steps(setup: ChildSetup, prepared: Prepared | None, *, namespaces: bool,
@@ -218,9 +222,7 @@ def _steps(setup: ChildSetup, prepared: Prepared | None, *, namespaces: bool,
             prepared.lock_mounts()  # after the cgroup files are written
             prepared.drop_bounding_set()
         if uid is not None and gid is not None and not later:
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
+            _become(uid, gid)
         if yield_cpu:
             os.setpriority(os.PRIO_PROCESS, 0, priority)
         if prepared is not None:

@@ -52,7 +52,7 @@ from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue, spaw
 from sandbox.bash.confinement import Confinement, ConfinementRequest, describe_kernel, plan
 from sandbox.bash.confinement import detect as detect_confinement
 from sandbox.bash.containment import MECHANISMS, Tree, availability, choose, open_tree
-from sandbox.bash.spawner import STALE, SpawnedProcess, Spawner, SpawnerError
+from sandbox.bash.spawner import STALE, SpawnedProcess, Spawner, SpawnerError, remove_tree
 from sandbox.errors import ConfigurationError, SandboxError
 
 __all__ = [
@@ -650,7 +650,7 @@ async def run_bash(
                 if tree is not None:
                     await tree.aclose()
                 if tmpdir is not None:
-                    _remove_tree(tmpdir)
+                    remove_tree(tmpdir)
     if setup_error is not None:
         raise SandboxError(
             f"the spawner could not set up the child process: {setup_error}: moving it "
@@ -726,7 +726,7 @@ class _Reservation:
             self.tree.discard()
         finally:
             if self.tmpdir is not None:
-                _remove_tree(self.tmpdir)
+                remove_tree(self.tmpdir)
 
 
 # By signature, least recently reserved first (an agent may alternate tools with
@@ -821,7 +821,7 @@ def _reserve(signature: tuple[Any, ...], plan_request: ConfinementRequest | None
     except Exception:  # an optimisation: the next run does without
         for thing in made:
             if isinstance(thing, str):
-                _remove_tree(thing)
+                remove_tree(thing)
             else:
                 thing.discard()
     finally:
@@ -991,28 +991,3 @@ def detect_protections() -> dict[str, Any]:
         else "only by processes of the same uid (the command runs as this uid)"
     )
     return report
-
-
-def _remove_tree(path: str) -> None:
-    """Remove a run's TMPDIR whatever the command left in it. shutil.rmtree recurses
-    once per directory level and works on whole paths: 1,500 nested directories raised
-    RecursionError out of the tool call and left the directory behind, and deeper trees
-    pass PATH_MAX. GNU rm walks any depth with openat (fts): it is the fallback."""
-    try:
-        os.rmdir(path)  # most commands leave their TMPDIR empty
-        return
-    except FileNotFoundError:
-        return
-    except OSError:
-        pass
-    try:
-        shutil.rmtree(path, ignore_errors=True)
-    except RecursionError:
-        pass
-    if os.path.lexists(path):
-        import subprocess
-
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(["rm", "-rf", "--one-file-system", "--", path],
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, timeout=60, check=False)

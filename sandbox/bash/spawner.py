@@ -53,7 +53,7 @@ from typing import Any
 
 from ..errors import SandboxError
 
-__all__ = ["SpawnedProcess", "Spawner", "SpawnerError"]
+__all__ = ["SpawnedProcess", "Spawner", "SpawnerError", "remove_tree"]
 
 _MAX_FDS = 64
 _MAX_MESSAGE = 1 << 20
@@ -372,11 +372,7 @@ class Spawner:
         """Whether a zygote made for `key` is offered now (and so `spawn` with it is
         taken straight by that zygote, unless it has found itself stale). False once
         this spawner is closed or gone."""
-        with self._lock:
-            if self._broken or self._sock.fileno() < 0:
-                return False
-            self._take_offers()
-            return key in self._offers
+        return key in self.offered_keys()
 
     def _spawn_offered(self, key: object, request: dict[str, Any], fds: list[int],
                        started_r: int, kill_files: tuple[str, ...]
@@ -481,6 +477,31 @@ class Spawner:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+
+
+def remove_tree(path: str) -> None:
+    """Remove a run's TMPDIR whatever the command left in it. shutil.rmtree recurses
+    once per directory level and works on whole paths: 1,500 nested directories raised
+    RecursionError out of the tool call and left the directory behind, and deeper trees
+    pass PATH_MAX. GNU rm walks any depth with openat (fts): it is the fallback."""
+    try:
+        os.rmdir(path)  # most commands leave their TMPDIR empty
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    import shutil
+
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        pass
+    if os.path.lexists(path):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["rm", "-rf", "--one-file-system", "--", path],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=60, check=False)
 
 
 def _forget_the_parents_spawner() -> None:
