@@ -225,12 +225,21 @@ def test_ordinary_redirections_and_fd_duplications_still_pass() -> None:
         ("b x <<'EOF\n' && coproc a --k=v?\n${x}\nEOF", "delimiter"),
         # bash gives the first body ($(x), expanded) to the first operator
         ('true <<-E | b 1 ${x#$"\' x"-l} << "E"\n$(x)\nE\na;x\nE', "another order"),
+        # bash removes the line continuation: the delimiter is EOF, unquoted, and the
+        # body is expanded (found by bench/fuzz_policy.py, seed 20261223)
+        ("b EOF<<EOF\\\n\n${v:-)$(x)}\nEOF\n", "line continuation"),
     ],
 )
 def test_here_documents_bash_reads_differently_are_refused(command: str, construct: str) -> None:
     decision = AB.check(command)
     assert not decision.allowed, command
     assert decision.rule == "R9" and construct in decision.reason, decision.reason
+
+
+@pytest.mark.parametrize("command", ["b <<E\\\nOF\n$(x)\nEOF\n",
+                                     'b <<"E\\\nOF"\n$(x)\nEOF\n'])
+def test_a_line_continuation_inside_a_delimiter_is_refused(command: str) -> None:
+    assert not AB.check(command).allowed
 
 
 def test_ordinary_here_documents_still_pass() -> None:

@@ -206,8 +206,15 @@ class _Checker:
     def heredoc_start(self, start: int, end: int) -> None:
         """A here-document's delimiter is one whole word for bash: its quotes close
         inside it (``<<'EOF<newline>'`` is a delimiter with a newline in it, and
-        the command line goes on after it), and an operator or blank ends it."""
+        the command line goes on after it), and an operator or blank ends it. A line
+        continuation in it is removed by bash before the word is read (``<<EOF\\``
+        at the end of a line is the unquoted delimiter EOF: an expanding body), so
+        one anywhere in it is refused."""
         data = self.data
+        continued = data.find(b"\\\n", start, end)
+        if continued >= 0:
+            self.fail("a here-document delimiter with a line continuation, which bash "
+                      "removes", continued)  # fmt: skip
         i = start
         while i < end:
             b = data[i]
