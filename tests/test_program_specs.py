@@ -29,6 +29,9 @@ REFUSED = [
     (RO, "uniq IN OUT", "OUT"),
     (RO, "tree -o FILE", "-o"),
     (RO, "date -s 2020-01-01", "-s"),
+    # -l pipes the output through pr, a program the policy never saw.
+    (RO, "diff -l a b", "-l"),
+    (RO, "diff --pag a b", "--pag"),
     # Without specs: the R7 table reads bundles, abbreviations and negations too.
     (PY_AWK, "awk -W exec /dev/stdin <<< 'BEGIN{system(\"id\")}'", "awk -W"),
     (PY_SED, r"sed -nes,^,touch\ /tmp/p,e", "s///e"),

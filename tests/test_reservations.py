@@ -208,12 +208,13 @@ async def test_a_refused_class_in_a_spawner_message_runs_nothing() -> None:
 
 
 async def test_writable_mounts_are_nodev(workspace: Path) -> None:
-    tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy())
+    tool = ExecuteBashTool(workspace=workspace,
+                           policy=BashToolPolicy(writable_paths=("/dev/shm",)))
     await reserved_after(tool)  # the reserved path; tests/test_confinement.py has both
     (workspace / "m.sh").write_text(
-        'grep -E " ($(pwd)|$TMPDIR) " /proc/self/mountinfo | grep -c nodev\n')
+        'grep -E " ($(pwd)|$TMPDIR|/dev/shm) " /proc/self/mountinfo | grep -c nodev\n')
     result = await run(tool, "bash m.sh")
-    assert result["stdout"].strip() == "2", result
+    assert result["stdout"].strip() == "3", result
 
 
 async def test_runs_go_on_when_the_spawner_holding_reservations_died(

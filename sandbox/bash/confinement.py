@@ -1294,10 +1294,10 @@ class Prepared:
         _mount_setattr(b"/", recursive=True, set_=_MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID,
                        clear=0)
         for path in writable:
-            # nodev: a device node made there is inert (not for what is under /dev, or
-            # a device file granted itself).
-            nodev = _MOUNT_ATTR_NODEV if os.path.isdir(path) and not (
-                path == b"/dev" or path.startswith(b"/dev/")) else 0  # fmt: skip
+            # nodev: a device node there is inert (/dev/shm included), but for a
+            # device file granted itself and the directories of devices (/dev, /dev/pts).
+            nodev = _MOUNT_ATTR_NODEV if os.path.isdir(path) and path not in (
+                b"/dev", b"/dev/pts") else 0  # fmt: skip
             _mount_setattr(path, recursive=False, set_=nodev, clear=_MOUNT_ATTR_RDONLY)
         # The working directory was entered before the bind mounts: enter it again, so
         # that relative paths resolve on the writable mount on top.
