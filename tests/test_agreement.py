@@ -242,7 +242,18 @@ def test_a_line_continuation_inside_a_delimiter_is_refused(command: str) -> None
     assert not AB.check(command).allowed
 
 
+@pytest.mark.parametrize("command", [
+    # bash parses $( ) from the raw body: \\\\ is an escaped backslash, & ends `b`, and
+    # `id` runs (found by bench/fuzz_policy.py, seed 20261225)
+    "b <<EOF\n$(b \\\\& id)\nEOF\n",
+    "a <<EOF\n$(a ~a'$;b'\\\\& \\ )\nEOF\n",
+])
+def test_an_escaped_backslash_in_a_here_document_substitution_is_refused(command: str) -> None:
+    decision = AB.check(command)
+    assert not decision.allowed and "here-document body" in decision.reason, decision
+
+
 def test_ordinary_here_documents_still_pass() -> None:
     for command in ("a <<EOF\nx\nEOF", "a <<'EOF'\n$(x)\nEOF", 'a <<-"E"\n\tx\n\tE',
-                    "a <<A | b\n1\nA"):
+                    "a <<A | b\n1\nA", "b <<EOF\n$(b x)\nC:\\\\p\nEOF\n"):
         assert AB.check(command).allowed, (command, AB.check(command))

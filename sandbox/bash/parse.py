@@ -965,6 +965,24 @@ class _Walk:
         if quoted:
             self.literal_ranges.append((body.start_byte, body.end_byte))
             return body
+        # A command substitution in an expanding body is parsed by bash from the raw
+        # text: "\\&" there is an escaped backslash, then the & operator, where the
+        # body's escaping made it one word (bench/fuzz_policy.py, seed 20261225).
+        inner = list(body.children)
+        while inner:
+            node = inner.pop()
+            kind = _KIND_NAME[node.kind_id]
+            if kind == "command_substitution" and b"\\" in self.data[node.start_byte:node.end_byte]:
+                self.find(
+                    "R6",
+                    "a command substitution with a backslash in a here-document body: "
+                    "bash reads its escapes differently there (write it on the command "
+                    "line, or quote the delimiter)",
+                    node,
+                    self.text(node),
+                )
+                break
+            inner.extend(node.children)
         return None
 
     # -- the walk ----------------------------------------------------------
