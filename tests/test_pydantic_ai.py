@@ -514,3 +514,12 @@ def test_toolset_checks_its_argument() -> None:
     with pytest.raises(ValueError, match="ToolRunner"):
         toolset([])  # type: ignore[arg-type]
 
+
+
+def test_a_declared_tool_is_asked_about_whatever_the_predicate_says(effect: SideEffect) -> None:
+    gated = SandboxApprovalToolset(deletes(effect),
+                                   require_confirmation=lambda ctx, tool_def, args: False)
+    result = agent_for(gated, call("build", "c1")).run_sync("clean")
+
+    assert isinstance(result.output, DeferredToolRequests)
+    assert not effect.happened

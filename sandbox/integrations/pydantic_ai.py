@@ -201,6 +201,8 @@ class _Gate:
         self.approval_ttl = approval_ttl
         self.session_id = session_id
         self._runners: dict[tuple[str | None, str], ToolRunner] = {}
+        #: The wrapped tools declared ``requires_approval=True``, by name (last listing).
+        self.declared: dict[str, bool] = {}
 
     def session(self, ctx: RunContext[Any]) -> str | None:
         """The gate's session for a run: the one given, else the Pydantic AI
@@ -347,7 +349,8 @@ class SandboxApprovalToolset(WrapperToolset[Any]):
     ``require_confirmation``: None (the default) asks for tools declared
     ``requires_approval=True`` (and tools that raise ``ApprovalRequired`` themselves);
     True asks for every call; a function ``(ctx, tool_def, args) -> bool`` (sync or async,
-    as `ApprovalRequiredToolset`'s) decides per call. ``provider`` answers in the run
+    as `ApprovalRequiredToolset`'s) decides per call for the other tools (a tool declared
+    ``requires_approval=True`` is always asked about). ``provider`` answers in the run
     (terminal, web page, callback, queue); without one, or when it leaves the request
     pending, the run ends with ``DeferredToolRequests``. ``store``: an `ApprovalStore` or a
     path / URL (share it with ``sandbox approvals serve`` and other processes). The
@@ -381,6 +384,9 @@ class SandboxApprovalToolset(WrapperToolset[Any]):
         tools = await super().get_tools(ctx)
         # A tool declared requires_approval=True is deferred by Pydantic AI before any
         # toolset is called; here the gate asks instead, so it is listed as a function.
+        declared = self.gate.declared
+        for name, tool in tools.items():
+            declared[name] = tool.tool_def.kind == "unapproved"
         return {name: replace(tool, tool_def=replace(tool.tool_def, kind="function"))
                 if tool.tool_def.kind == "unapproved" else tool
                 for name, tool in tools.items()}
@@ -391,12 +397,15 @@ class SandboxApprovalToolset(WrapperToolset[Any]):
         if runner is None:
             raise ToolFailed(f"tool {name!r} cannot be gated: its name is not usable; "
                              "the call was not run")
-        original = await self.wrapped.get_tools(ctx)
-        declared = name in original and original[name].tool_def.kind == "unapproved"
+        declared = self.gate.declared.get(name)
+        if declared is None:  # called without a listing first: read the wrapped one
+            original = await self.wrapped.get_tools(ctx)
+            declared = name in original and original[name].tool_def.kind == "unapproved"
 
         async def needs(args: dict[str, Any]) -> bool:
-            if self.require_confirmation is None:
-                return declared
+            if declared or self.require_confirmation is None:
+                # A tool declared requires_approval=True is always asked about.
+                return bool(declared)
             if isinstance(self.require_confirmation, bool):
                 return self.require_confirmation
             verdict = self.require_confirmation(ctx, tool.tool_def, args)
