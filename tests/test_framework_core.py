@@ -290,3 +290,16 @@ async def test_answer_call_outcome(effect: SideEffect) -> None:
     assert done.value == "!GO" and done.ran
     unknown = await answer_call(runner, "zzz", True)
     assert unknown.status == "rejected"
+
+
+async def test_answer_call_applying_an_answer_already_applied_gets_the_record(
+        effect: SideEffect) -> None:
+    runner = ToolRunner([append_tool(effect)])
+    first = await runner.call("append", {"text": "a"}, call_id="c1")
+    runner.store.submit_answer(first["confirmation_id"], True, channel="web")
+    assert await runner.answer("c1") == {"written": "a"}  # applied by someone else
+
+    again = await answer_call(runner, "c1", None)
+
+    assert again.value == {"written": "a"} and again.replayed
+    assert effect.lines == ["a"]
