@@ -197,7 +197,8 @@ class _Gate:
                 "name, timeout, on_timeout and an async confirm(request) method")
         self.runner = runner
         self.provider = provider
-        self.store = store if isinstance(store, ApprovalStore) else open_store(store)
+        # A store object (any backend), or a reference: None, a SQLite path, a URL.
+        self.store = open_store(store) if store is None or isinstance(store, str) else store
         self.audit = audit if isinstance(audit, AuditLog) else AuditLog(audit,
                                                                         anchor=self.store)
         self.approval_ttl = approval_ttl
