@@ -547,3 +547,75 @@ def test_arguments_the_model_sent_loosely_typed_are_approved_as_validated(
     assert effect.lines == ["2"]
     assert gated.gate.store.get_request(
         first.output.metadata["r1"]["confirmation_id"]).status == "approved"
+
+
+def test_test_model_calls_pause_behind_the_gate(effect: SideEffect) -> None:
+    from pydantic_ai.models.test import TestModel
+
+    gated = SandboxApprovalToolset(deletes(effect))
+    agent: Agent[None, Any] = Agent(TestModel(), toolsets=[gated],
+                                    output_type=[str, DeferredToolRequests])  # type: ignore[arg-type]
+
+    result = agent.run_sync("clean")
+
+    assert isinstance(result.output, DeferredToolRequests)
+    [part] = result.output.approvals
+    assert part.tool_name == "delete" and not effect.happened
+    answered = agent.run_sync(message_history=result.all_messages(), deferred_tool_results=(
+        DeferredToolResults(approvals={part.tool_call_id: True})))
+    assert isinstance(answered.output, str) and len(effect.lines) == 1
+
+
+def test_an_approval_that_comes_after_the_request_expired_runs_nothing(
+        effect: SideEffect) -> None:
+    import time
+
+    gated = SandboxApprovalToolset(deletes(effect), approval_ttl=0.05)
+    agent = agent_for(gated, call("build", "c1"))
+    first = agent.run_sync("clean")
+    time.sleep(0.1)
+
+    second = agent.run_sync(message_history=first.all_messages(),
+                            deferred_tool_results=DeferredToolResults(approvals={"c1": True}))
+
+    [[message, outcome]] = returns(second.output)
+    assert outcome == "failed" and "timed out" in message.lower()
+    assert not effect.happened
+
+
+def test_approve_for_this_session_covers_this_conversation_only(effect: SideEffect) -> None:
+    def two_turns(path: str, first_id: str, second_id: str) -> FunctionModel:
+        def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            turns = sum(isinstance(m, ModelResponse) for m in messages)
+            if turns == 0:
+                return ModelResponse(parts=[call(path, first_id)])
+            if turns == 1 or not isinstance(messages[-1].parts[0], UserPromptPart):
+                return ModelResponse(parts=[TextPart("ok")])
+            return ModelResponse(parts=[call(path, second_id)])
+        return FunctionModel(respond)
+
+    gated = SandboxApprovalToolset(deletes(effect))
+    agent = Agent(two_turns("build", "c1", "c2"), toolsets=[gated],
+                  output_type=[str, DeferredToolRequests])  # type: ignore[arg-type]
+    first = agent.run_sync("clean")
+    cid = first.output.metadata["c1"]["confirmation_id"]
+    # A human approves on the page "for this session" (recorded in the store).
+    gated.gate.store.submit_answer(cid, Decision.approve(scope="session"), channel="web")
+    results = anyio_run(gated.results_from_store, first.output)
+    done = agent.run_sync(message_history=first.all_messages(), deferred_tool_results=results)
+    assert done.output == "ok" and effect.lines == ["build"]
+
+    # Same conversation, same call again: the session rule answers, nobody is asked.
+    again = agent.run_sync("once more", message_history=done.all_messages())
+    assert again.output == "ok" and effect.lines == ["build", "build"]
+    # Another conversation: asked again.
+    other = Agent(two_turns("build", "d1", "d2"), toolsets=[gated],
+                  output_type=[str, DeferredToolRequests]).run_sync("clean")  # type: ignore[arg-type]
+    assert isinstance(other.output, DeferredToolRequests)
+    assert effect.lines == ["build", "build"]
+
+
+def anyio_run(fn: Any, *args: Any) -> Any:
+    import anyio
+
+    return anyio.run(fn, *args)
