@@ -36,6 +36,7 @@ import anyio.to_thread
 
 try:
     from langchain.agents.middleware.human_in_the_loop import (
+        _EDIT_NOTICE,
         HITLRequest,
         HumanInTheLoopMiddleware,
         InterruptOnConfig,
@@ -111,8 +112,12 @@ def _sync(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     except RuntimeError:
         return anyio.run(fn, *args)
     context = contextvars.copy_context()
+
+    def in_thread() -> T:
+        return anyio.run(fn, *args)
+
     with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(context.run, anyio.run, fn, *args).result()
+        return pool.submit(context.run, in_thread).result()
 
 
 def _hitl_request(name: str, args: dict[str, Any], description: str,
@@ -167,8 +172,8 @@ def _stopped_message(tool_call: dict[str, Any], outcome: GateOutcome) -> ToolMes
     if outcome.denied:
         reason = outcome.message
         if reason == "rejected in LangGraph":
-            return _answer_message(tool_call, {"type": "reject"})  # type: ignore[arg-type,typeddict-item]
-        return _answer_message(tool_call, {"type": "reject", "message": reason})  # type: ignore[arg-type,typeddict-item]
+            return _answer_message(tool_call, {"type": "reject"})  # type: ignore[arg-type]
+        return _answer_message(tool_call, {"type": "reject", "message": reason})  # type: ignore[arg-type]
     return ToolMessage(content=outcome.message, name=tool_call["name"],
                        tool_call_id=tool_call["id"], status="error")
 
@@ -405,7 +410,7 @@ class _StandIn(BaseTool):
         return _journal_form(result)
 
 
-class SandboxApprovalMiddleware(HumanInTheLoopMiddleware):  # type: ignore[type-arg]
+class SandboxApprovalMiddleware(HumanInTheLoopMiddleware):
     """langchain's `HumanInTheLoopMiddleware`, with every reviewed call behind the gate.
 
     ``interrupt_on`` is langchain's (``{"tool": True}``, ``{"tool": {"allowed_decisions":
@@ -437,8 +442,7 @@ class SandboxApprovalMiddleware(HumanInTheLoopMiddleware):  # type: ignore[type-
         approval_ttl: float | None = None,
         session_id: str | None = None,
         description_prefix: str = DESCRIPTION_PREFIX,
-        edit_notice: str | None = HumanInTheLoopMiddleware.__init__.__kwdefaults__[
-            "edit_notice"],
+        edit_notice: str | None = _EDIT_NOTICE,
     ) -> None:
         super().__init__(interrupt_on, description_prefix=description_prefix,
                          edit_notice=edit_notice)

@@ -270,9 +270,15 @@ def _shell_output(command: str, outcome: GateOutcome) -> ShellCommandOutput:
     if not isinstance(result, dict):
         result = {"stdout": str(result)}
     if outcome.status is not None or "returncode" not in result:
-        # The gate stopped it (denied, awaiting, refused): nothing ran.
+        # The gate stopped it (denied, awaiting, refused): nothing ran. The SDK's own
+        # shape for a rejected shell call: the reason on stderr, exit code 1.
         return ShellCommandOutput(stdout="", stderr=outcome.message, command=command,
-                                  outcome=ShellCallOutcome(type="exit", exit_code=None))
+                                  outcome=ShellCallOutcome(type="exit", exit_code=1))
+    if result.get("returncode") is None and result.get("error") and not result.get(
+            "timed_out"):
+        # Refused by the policy before anything started (a blocked command).
+        return ShellCommandOutput(stdout="", stderr=str(result["error"]), command=command,
+                                  outcome=ShellCallOutcome(type="exit", exit_code=1))
     stderr = str(result.get("stderr") or "")
     if result.get("error") and not result.get("timed_out"):
         stderr = f"{stderr}\n{result['error']}".strip() if stderr else str(result["error"])
@@ -387,9 +393,12 @@ class RunStateBridge:
             key = item.call_id or ""
             if any(v[0] == "denied" for v in verdicts):
                 reason = next(v[1] for v in verdicts if v[0] == "denied")
-                # Close the other commands of a shell call too: the item is one answer.
                 for call, (verdict, _) in zip(calls, verdicts, strict=True):
-                    if verdict != "denied":
+                    if verdict == "denied":
+                        # The recorded denial, applied now: the SDK's rejection never
+                        # reaches the tool, so the request would wait until it expired.
+                        await self._apply_recorded(call)
+                    else:  # the other commands of a shell call: the item is one answer
                         await answer_call(call.runner, call.call_id,
                                           Decision.deny(reason, channel=CHANNEL),
                                           args=call.args, tool=call.tool, channel=CHANNEL)
@@ -436,6 +445,15 @@ class RunStateBridge:
                 raise ConfirmationStateError(
                     f"call {call.call_id} was already {record.state}; it cannot be approved")
         # "run", or decided and run already: the call is answered when the run resumes.
+
+    async def _apply_recorded(self, call: _Call) -> None:
+        """Apply the answer another channel recorded for ``call``, if one waits."""
+        if call.args is None:
+            return
+        verdict = await call.runner.would_ask(call.tool, call.args, call.call_id)
+        if verdict.action == "pending" and verdict.answer is not None:
+            await answer_call(call.runner, call.call_id, None, args=call.args,
+                              tool=call.tool, channel=CHANNEL)
 
     async def _store_verdict(self, call: _Call) -> tuple[str, str]:
         """("approved" | "denied" | "pending", reason) for one call, from the store."""
