@@ -159,6 +159,17 @@ def _gate_decision(decision: Any, name: str) -> Decision:
                      "of approve, edit, reject, respond")
 
 
+def _langchain_decision(name: str, answer: dict[str, Any]) -> dict[str, Any]:
+    """An answer recorded by another channel as the langchain decision it amounts to."""
+    outcome = answer.get("outcome")
+    if outcome == "deny":
+        reason = answer.get("reason")
+        return {"type": "reject", "message": reason} if reason else {"type": "reject"}
+    if answer.get("args") is not None and outcome == "edit":
+        return {"type": "edit", "edited_action": {"name": name, "args": answer["args"]}}
+    return {"type": "approve"}
+
+
 def _reject_reason(decision: dict[str, Any]) -> str:
     message = decision.get("message")
     if decision.get("type") == "respond":
@@ -584,6 +595,46 @@ class SandboxApprovalMiddleware(HumanInTheLoopMiddleware):
                         channel=CHANNEL))
                 except ConfirmationStateError:
                     pass  # answered on another channel meanwhile: the first answer stands
+
+    # -- answers given elsewhere: the resume value ----------------------------------------
+
+    def store_decisions(self, snapshot: Any) -> dict[str, Any] | None:
+        """The resume value for a graph paused by this middleware, from the answers given
+        on the web page, the CLI or another process: ``{"decisions": [...]}`` in the
+        interrupt's order, or None while any reviewed call still waits for an answer.
+
+        ``snapshot`` is ``graph.get_state(config)``. Resume with
+        ``graph.invoke(Command(resume=value), config)``."""
+        return _sync(self.astore_decisions, snapshot)
+
+    async def astore_decisions(self, snapshot: Any) -> dict[str, Any] | None:
+        """`store_decisions` for async code."""
+        values = getattr(snapshot, "values", None) or {}
+        messages = values.get("messages") or [] if isinstance(values, dict) else []
+        last_ai = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+        if last_ai is None or not getattr(snapshot, "interrupts", ()):
+            return None
+        thread = ((getattr(snapshot, "config", None) or {}).get("configurable") or {}).get(
+            "thread_id")
+        runner = self.runner
+        if runner.session_id is None and thread not in (None, ""):
+            runner = runner.for_session(session_key(CHANNEL, thread))
+        decisions: list[dict[str, Any]] = []
+        for call in last_ai.tool_calls:
+            if call["name"] not in self.interrupt_on or not call.get("id"):
+                continue
+            args = dict(call.get("args") or {})
+            verdict = await runner.would_ask(call["name"], args, call["id"])
+            if verdict.action == "refuse":
+                decisions.append({"type": "reject", "message": verdict.reason or ""})
+                continue
+            if verdict.action != "pending":
+                continue  # decided before: not part of the interrupt
+            answer = verdict.answer
+            if answer is None:
+                return None
+            decisions.append(_langchain_decision(call["name"], answer))
+        return {"decisions": decisions} if decisions else None
 
     # -- as each call starts: the gate claims the grant and runs the handler -------------
 
