@@ -30,7 +30,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
-from sandbox import AutoDeny, BashToolPolicy, ExecuteBashTool, FunctionTool, ToolRunner
+from sandbox import AutoDeny, BashToolPolicy, ExecuteBashTool, ToolRunner
 from sandbox.integrations.langgraph import (
     SandboxApprovalMiddleware,
     to_langchain_tool,
