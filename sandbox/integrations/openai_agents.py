@@ -220,8 +220,10 @@ def shell_tool(bash: ExecuteBashTool, *, runner: ToolRunner, name: str = "shell"
 
     Each command of a shell call is one call through ``runner``'s gate (the call id is
     the shell call's, with ``#i`` appended when the call holds several commands), under
-    ``bash``'s policy and confinement. The model's ``timeout_ms`` may only shorten the
-    policy's timeout; ``max_output_length`` is passed on to the SDK, which trims.
+    ``bash``'s policy and confinement. The policy's timeout applies (the model's
+    ``timeout_ms`` is not used); ``max_output_length`` is passed on to the SDK, which
+    trims. A command the gate stopped (blocked, denied, waiting) reads as the SDK's own
+    rejected shell call: the reason on stderr, exit code 1.
     """
     if not isinstance(bash, ExecuteBashTool):
         raise ConfigurationError(
