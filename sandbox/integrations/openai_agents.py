@@ -62,7 +62,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "pip install 'sandbox[openai-agents]'"
     ) from exc
 
-from ..approval.models import Decision
+from ..approval.models import Decision, Remember
 from ..approval.results import Status
 from ..approval.runner import ToolRunner
 from ..bash.tool import ExecuteBashTool
@@ -332,6 +332,9 @@ class RunStateBridge:
                       always_approve: bool = False) -> None:
         """Approve ``item``: recorded in the store (the tool runs once, when the run
         resumes, after the SDK's guardrails) and in ``state``.
+        ``always_approve``: as in the SDK, the tool's later calls run without asking;
+        the gate remembers it as a rule of this runner's session (for `shell_tool`:
+        the same commands only, never every command).
 
         ``args``: the human edited the arguments; the edited call is validated, checked
         against the policy's hard refusals (a blocked command stays blocked), and runs
@@ -347,8 +350,17 @@ class RunStateBridge:
             raise ConfigurationError(
                 "edited arguments apply to one function tool call; a shell call is "
                 "approved or rejected as a whole")
-        decision = (Decision.edit(args, channel=CHANNEL) if args is not None
-                    else Decision.approve(channel=CHANNEL))
+        if args is not None:
+            decision = Decision.edit(args, channel=CHANNEL)
+        elif always_approve:
+            # The SDK lets the tool's later calls in this run go unasked; the gate saves
+            # the same as a rule of this runner's session (a function tool: every call;
+            # the shell: these exact commands, never every command).
+            decision = Decision.approve(
+                channel=CHANNEL, scope="session",
+                remember=Remember(tool_wide=self._binding(item).kind == "function"))
+        else:
+            decision = Decision.approve(channel=CHANNEL)
         if decided_by is not None:
             decision = decision.model_copy(update={"decided_by": decided_by})
         for call in calls:
