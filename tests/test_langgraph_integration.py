@@ -379,3 +379,17 @@ def test_tool_node_wrapper_routes_calls_through_the_gate(bash: ExecuteBashTool) 
     assert not (bash.workspace / "once").exists()
     assert tool_messages(result)["w1"].content == (
         "User rejected the tool call for `execute_bash` with reason: no files")
+
+
+def test_an_expired_request_is_never_approved() -> None:
+    import time
+
+    fx = Effects()
+    mw = SandboxApprovalMiddleware({"wipe": True}, approval_ttl=0.2)
+    agent = build(mw, fx, script(calls(("wipe", {"scope": "prod"}, "c1"))))
+    agent.invoke(USER, CONFIG)
+    time.sleep(0.4)
+    result = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), CONFIG)
+    assert fx.ran == []
+    message = tool_messages(result)["c1"]
+    assert message.status == "error" and "timed out" in str(message.content).lower()

@@ -37,7 +37,7 @@ from sandbox import (
     FunctionTool,
     ToolRunner,
 )
-from sandbox.errors import ConfirmationStateError
+from sandbox.errors import ConfirmationStateError, ConfirmationTimedOutError
 from sandbox.integrations.openai_agents import (
     RunStateBridge,
     shell_tool,
@@ -60,11 +60,12 @@ class Effects:
         return {"wiped": scope}
 
 
-def make(store: str | None = None, provider: Any = None,
-         session_id: str | None = None) -> tuple[Effects, ToolRunner]:
+def make(store: str | None = None, provider: Any = None, session_id: str | None = None,
+         approval_ttl: float | None = None) -> tuple[Effects, ToolRunner]:
     fx = Effects()
     tool = FunctionTool(fx.wipe, require_confirmation=lambda scope: scope != "dry-run")
-    runner = ToolRunner([tool], provider=provider, store_path=store, session_id=session_id)
+    runner = ToolRunner([tool], provider=provider, store_path=store, session_id=session_id,
+                        approval_ttl=approval_ttl)
     return fx, runner
 
 
@@ -478,3 +479,20 @@ async def test_shell_tool_blocked_and_denied_commands_never_run(
     # The SDK's own shape for a rejected shell call: the reason on stderr, exit code 1.
     assert outputs(model)["sh_2"] == [
         {"stdout": "", "stderr": "no new files", "outcome": {"type": "exit", "exit_code": 1}}]
+
+
+async def test_an_expired_request_is_never_approved() -> None:
+    import anyio
+
+    fx, runner = make(approval_ttl=0.2)
+    agent, model = agent_for(runner, wipe_call("prod"), [assistant_message("ok")])
+    result = await Runner.run(agent, "wipe prod")
+    state = result.to_state()
+    await anyio.sleep(0.4)
+    with pytest.raises(ConfirmationTimedOutError):
+        await RunStateBridge(runner).approve(state, result.interruptions[0])
+    # Even approved in the RunState alone, the timed-out call never runs.
+    state.approve(result.interruptions[0])
+    await Runner.run(agent, state)
+    assert fx.ran == []
+    assert "timed out" in outputs(model)["call_1"].lower()

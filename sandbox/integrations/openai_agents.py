@@ -66,7 +66,7 @@ from ..approval.models import Decision, Remember
 from ..approval.results import Status
 from ..approval.runner import ToolRunner
 from ..bash.tool import ExecuteBashTool
-from ..errors import ConfigurationError, ConfirmationStateError
+from ..errors import ConfigurationError, ConfirmationStateError, ConfirmationTimedOutError
 from ..tools.base import BaseTool
 from .common import GateOutcome, answer_call, run_call, session_key
 
@@ -530,9 +530,13 @@ class RunStateBridge:
 
 
 async def _submit(runner: ToolRunner, confirmation_id: str, decision: Decision) -> None:
+    """Record the answer for the call to apply when it runs. An expired request raises
+    `ConfirmationTimedOutError` (it is recorded timed out, never approved)."""
     try:
         await _in_thread(runner, functools.partial(
             runner.store.submit_answer, confirmation_id, decision, channel=CHANNEL))
+    except ConfirmationTimedOutError:
+        raise
     except ConfirmationStateError:
         pass  # answered meanwhile on another channel: the first answer stands
 
