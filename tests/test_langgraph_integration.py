@@ -393,3 +393,41 @@ def test_an_expired_request_is_never_approved() -> None:
     assert fx.ran == []
     message = tool_messages(result)["c1"]
     assert message.status == "error" and "timed out" in str(message.content).lower()
+
+
+def test_execute_bash_tool_in_an_async_graph_over_sqlite(bash: ExecuteBashTool,
+                                                         tmp_path: Path) -> None:
+    import asyncio
+
+    store = str(tmp_path / "approvals.db")
+
+    async def go() -> tuple[bool, str]:
+        runner = ToolRunner([bash], store_path=store)
+        model = script(calls(("execute_bash", {"command": "touch made"}, "b1")))
+        agent = create_agent(model, tools=[to_langchain_tool(bash, runner=runner)],
+                             checkpointer=InMemorySaver())
+        paused = await agent.ainvoke(USER, CONFIG)
+        assert paused["__interrupt__"]
+        [pending] = ToolRunner([bash], store_path=store).store.pending()
+        assert pending.session_id == "langgraph:t1"
+        edit = {"type": "edit", "edited_action": {"name": "execute_bash",
+                                                  "args": {"command": "touch edited"}}}
+        result = await agent.ainvoke(Command(resume={"decisions": [edit]}), CONFIG)
+        return (bash.workspace / "made").exists(), str(tool_messages(result)["b1"].content)
+
+    made, content = asyncio.run(go())
+    assert not made and (bash.workspace / "edited").exists()
+    assert "'returncode': 0" in content or '"returncode": 0' in content
+
+
+def test_an_edit_to_a_blocked_command_stays_blocked(bash: ExecuteBashTool) -> None:
+    runner = ToolRunner([bash])
+    model = script(calls(("execute_bash", {"command": "touch a"}, "b1")))
+    agent = create_agent(model, tools=[to_langchain_tool(bash, runner=runner)],
+                         checkpointer=InMemorySaver())
+    agent.invoke(USER, CONFIG)
+    edit = {"type": "edit", "edited_action": {"name": "execute_bash",
+                                              "args": {"command": "touch b; touch c"}}}
+    result = agent.invoke(Command(resume={"decisions": [edit]}), CONFIG)
+    assert not any((bash.workspace / n).exists() for n in "abc")
+    assert "blocked" in str(tool_messages(result)["b1"].content).lower()
