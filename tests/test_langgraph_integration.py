@@ -431,3 +431,25 @@ def test_an_edit_to_a_blocked_command_stays_blocked(bash: ExecuteBashTool) -> No
     result = agent.invoke(Command(resume={"decisions": [edit]}), CONFIG)
     assert not any((bash.workspace / n).exists() for n in "abc")
     assert "blocked" in str(tool_messages(result)["b1"].content).lower()
+
+
+def test_a_tool_that_interrupts_itself_is_ended_with_a_clear_message() -> None:
+    from langgraph.types import interrupt
+
+    asked: list[Any] = []
+
+    @tool
+    def ask(q: str) -> str:
+        """Ask the user."""
+        answer = interrupt({"q": q})
+        asked.append(answer)
+        return f"answer {answer}"
+
+    model = script(calls(("ask", {"q": "colour?"}, "c1")))
+    agent = create_agent(model, tools=[ask], middleware=[SandboxApprovalMiddleware(
+        {"ask": True})], checkpointer=InMemorySaver())
+    agent.invoke(USER, CONFIG)
+    result = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), CONFIG)
+    assert "__interrupt__" not in result and asked == []
+    message = tool_messages(result)["c1"]
+    assert message.status == "error" and "cannot pause itself" in str(message.content)

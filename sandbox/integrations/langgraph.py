@@ -46,6 +46,7 @@ try:
     from langchain_core.messages import AIMessage, ToolMessage
     from langchain_core.tools import BaseTool as LangchainBaseTool
     from langgraph.config import get_config
+    from langgraph.errors import GraphBubbleUp
     from langgraph.types import Command, interrupt
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -678,6 +679,17 @@ class SandboxApprovalMiddleware(HumanInTheLoopMiddleware):
 
     def _result(self, request: ToolCallRequest, live: _LiveCall, outcome: GateOutcome) -> Any:
         call = dict(request.tool_call)
+        if isinstance(live.raised, GraphBubbleUp):
+            # The tool paused itself (interrupt() inside the tool). LangGraph would run it
+            # again from its start on resume, and the gate runs a call once: the call
+            # ended here, recorded as failed, and the model is told why.
+            return ToolMessage(
+                content=(f"{call['name']} called interrupt() from inside the tool; behind "
+                         "the sandbox gate a tool runs once and cannot pause itself "
+                         "(LangGraph would run it again from its start). Nothing more "
+                         "will run for this call. Ask for the input before the call (a "
+                         "'respond' decision), or take the tool out of interrupt_on."),
+                name=call["name"], tool_call_id=call["id"], status="error")
         if live.raised is not None:
             raise live.raised
         if outcome.ran:
