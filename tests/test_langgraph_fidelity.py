@@ -65,7 +65,7 @@ def run(which: str, interrupt_on: dict[str, Any], tool_calls: list[dict[str, Any
             result = agent.invoke(Command(resume=decisions), config)
         except ValueError as exc:
             seen["error"] = str(exc)
-    seen["ran"] = ran
+    seen["ran"] = sorted(ran, key=repr)  # parallel calls run in threads, in any order
     seen["messages"] = [
         (m.tool_call_id, m.name, m.content, m.status)
         for m in result["messages"] if isinstance(m, ToolMessage)]
