@@ -430,7 +430,7 @@ class ToolRunner:
         given = None if decision is None else parse_answer(decision, channel=channel)
         if given is not None and decided_by is not None and given.decided_by is None:
             given = given.model_copy(update={"decided_by": decided_by})
-        rec, req = await self._find(ref)
+        rec, req = await self.find(ref)
         t = self._transitions
         if rec is None:
             if given is not None and given.outcome == "deny" and tool is not None \
@@ -506,8 +506,10 @@ class ToolRunner:
             return None
         return rec
 
-    async def _find(self, ref: str) -> tuple[CallRecord | None, ConfirmationRequest | None]:
-        """The call ``ref`` names (a call id, else a confirmation id) and its request."""
+    async def find(self, ref: str) -> tuple[CallRecord | None, ConfirmationRequest | None]:
+        """The call ``ref`` names (a call id, else a confirmation id) and its latest
+        request, read from the store (either may be None). Reads only: an adapter uses it
+        to see whether a call still waits before it applies a framework's answer."""
         step = self._transitions.step
         if not isinstance(ref, str) or not ref:
             raise ConfigurationError(f"a call id or confirmation id is a non-empty string, "
