@@ -453,3 +453,31 @@ def test_a_tool_that_interrupts_itself_is_ended_with_a_clear_message() -> None:
     assert "__interrupt__" not in result and asked == []
     message = tool_messages(result)["c1"]
     assert message.status == "error" and "cannot pause itself" in str(message.content)
+
+
+def test_a_provider_that_leaves_the_request_pending_pauses_the_graph(tmp_path: Path) -> None:
+    from sandbox.approval.queue import QueueConfirmationProvider
+
+    store = str(tmp_path / "approvals.db")
+    fx = Effects()
+    provider = QueueConfirmationProvider(store, timeout=0.2, on_timeout="pending")
+    mw = SandboxApprovalMiddleware({"wipe": True}, provider=provider, store=store)
+    agent = build(mw, fx, script(calls(("wipe", {"scope": "prod"}, "c1"))))
+    paused = agent.invoke(USER, CONFIG)
+    # The provider waited, nobody answered: langchain's interrupt for that one call.
+    [interrupt] = paused["__interrupt__"]
+    assert interrupt.value["action_requests"][0]["args"] == {"scope": "prod"}
+    assert fx.ran == []
+    result = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), CONFIG)
+    assert fx.ran == ["prod"]
+    assert tool_messages(result)["c1"].content == "wiped prod"
+    # And a rejection the same way reads as langchain's.
+    fx = Effects()
+    mw = SandboxApprovalMiddleware({"wipe": True}, provider=provider, store=store)
+    agent = build(mw, fx, script(calls(("wipe", {"scope": "prod"}, "c2"))))
+    agent.invoke(USER, {"configurable": {"thread_id": "t2"}})
+    result = agent.invoke(Command(resume={"decisions": [
+        {"type": "reject", "message": "later"}]}), {"configurable": {"thread_id": "t2"}})
+    assert fx.ran == []
+    assert tool_messages(result)["c2"].content == (
+        "User rejected the tool call for `wipe` with reason: later")

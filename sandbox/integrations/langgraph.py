@@ -80,6 +80,9 @@ DESCRIPTION_PREFIX = "Tool execution requires approval"
 
 T = TypeVar("T")
 
+#: The decisions a call of one of our tools may get (langchain's wording of the check).
+OUR_DECISIONS = ["approve", "edit", "reject"]
+
 
 # -- shared helpers ----------------------------------------------------------------------
 
@@ -246,7 +249,7 @@ def _review(runner: ToolRunner, name: str, args: dict[str, Any], call_id: str | 
         return outcome
     tool = runner.tools[name]
     hint = _describe(DESCRIPTION_PREFIX, name, args)
-    answer = interrupt(_hitl_request(name, args, hint, ["approve", "edit", "reject"]))
+    answer = interrupt(_hitl_request(name, args, hint, OUR_DECISIONS))
     decision = _single_decision(answer, name)
     return _sync(_answer_ours, runner, tool.name, args, call_id, decision)
 
@@ -256,7 +259,7 @@ async def _areview(runner: ToolRunner, name: str, args: dict[str, Any], call_id:
     if not outcome.awaiting or call_id is None:
         return outcome
     hint = _describe(DESCRIPTION_PREFIX, name, args)
-    answer = interrupt(_hitl_request(name, args, hint, ["approve", "edit", "reject"]))
+    answer = interrupt(_hitl_request(name, args, hint, OUR_DECISIONS))
     return await _answer_ours(runner, name, args, call_id, _single_decision(answer, name))
 
 
@@ -266,7 +269,14 @@ def _single_decision(answer: Any, name: str) -> Decision:
         count = len(decisions) if isinstance(decisions, list) else 0
         raise ValueError(f"Number of human decisions ({count}) does not match number of "
                          "hanging tool calls (1).")
-    return _gate_decision(decisions[0], name)
+    decision = decisions[0]
+    kind = decision.get("type") if isinstance(decision, dict) else None
+    if kind not in OUR_DECISIONS:
+        raise ValueError(
+            f"Unexpected human decision: {decision}. Decision type '{kind}' is not allowed "
+            f"for tool '{name}'. Expected one of {OUR_DECISIONS} based on the tool's "
+            "configuration.")
+    return _gate_decision(decision, name)
 
 
 def _as_message(tool_call: dict[str, Any], outcome: GateOutcome) -> ToolMessage:
@@ -648,6 +658,14 @@ class SandboxApprovalMiddleware(HumanInTheLoopMiddleware):
         token = _LIVE.set(live)
         try:
             outcome = _sync(self._run, runner, request)
+            if outcome.awaiting and request.tool_call.get("id"):
+                # Still waiting (a provider that left it pending, or a call the model
+                # turn did not review): the graph pauses for it here, the same way.
+                decision, message = self._ask_one(request)
+                if message is not None and decision.outcome == "deny":
+                    _sync(self._answer, runner, request, decision)
+                    return message
+                outcome = _sync(self._answer, runner, request, decision)
         finally:
             _LIVE.reset(token)
         return self._result(request, live, outcome)
@@ -661,9 +679,39 @@ class SandboxApprovalMiddleware(HumanInTheLoopMiddleware):
         token = _LIVE.set(live)
         try:
             outcome = await self._run(runner, request)
+            if outcome.awaiting and request.tool_call.get("id"):
+                decision, message = self._ask_one(request)
+                if message is not None and decision.outcome == "deny":
+                    await self._answer(runner, request, decision)
+                    return message
+                outcome = await self._answer(runner, request, decision)
         finally:
             _LIVE.reset(token)
         return self._result(request, live, outcome)
+
+    def _ask_one(self, request: ToolCallRequest) -> tuple[Decision, ToolMessage | None]:
+        """One call's question as langchain's interrupt value; the human's decision, and
+        langchain's message for a reject or respond."""
+        call = request.tool_call
+        config = self.interrupt_on[call["name"]]
+        action, review_config = self._create_action_and_config(
+            call, config, request.state, request.runtime)  # type: ignore[arg-type]
+        answer = interrupt(HITLRequest(action_requests=[action],
+                                       review_configs=[review_config]))
+        decisions = answer.get("decisions") if isinstance(answer, dict) else None
+        if not isinstance(decisions, list) or len(decisions) != 1:
+            count = len(decisions) if isinstance(decisions, list) else 0
+            raise ValueError(f"Number of human decisions ({count}) does not match number "
+                             "of hanging tool calls (1).")
+        _same, message = self._process_decision(decisions[0], call, config)
+        return _gate_decision(decisions[0], call["name"]), message
+
+    async def _answer(self, runner: ToolRunner, request: ToolCallRequest,
+                      decision: Decision) -> GateOutcome:
+        call = request.tool_call
+        return await answer_call(runner, str(call["id"]), decision,
+                                 args=dict(call.get("args") or {}), tool=call["name"],
+                                 channel=CHANNEL)
 
     def _gated(self, request: ToolCallRequest) -> bool:
         config = self.interrupt_on.get(request.tool_call["name"])
