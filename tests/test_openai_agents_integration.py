@@ -496,3 +496,19 @@ async def test_an_expired_request_is_never_approved() -> None:
     await Runner.run(agent, state)
     assert fx.ran == []
     assert "timed out" in outputs(model)["call_1"].lower()
+
+
+async def test_a_gate_error_fails_closed_and_the_run_goes_on(tmp_path: Path) -> None:
+    # needs_approval cannot reach the store: the run stops for a human, nothing runs.
+    fx, runner = make(store=str(tmp_path / "a.db"))
+    agent, _ = agent_for(runner, wipe_call("dry-run"))
+    runner.store.close()
+    result = await Runner.run(agent, "dry run")
+    assert [i.call_id for i in result.interruptions] == ["call_1"] and fx.ran == []
+    # on_invoke_tool cannot reach it: the model reads the SDK's own failure message.
+    fx, runner = make(store=str(tmp_path / "b.db"), provider=AutoApprove())
+    agent, model = agent_for(runner, wipe_call("prod"), [assistant_message("ok")])
+    runner.store.close()
+    result = await Runner.run(agent, "wipe prod")
+    assert result.final_output == "ok" and fx.ran == []
+    assert outputs(model)["call_1"].startswith("An error occurred while running the tool")

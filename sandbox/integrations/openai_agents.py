@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ try:
         ShellCommandOutput,
         ShellCommandRequest,
         ShellResult,
+        with_function_tool_failure_error_handler,
     )
     from agents.tool_context import ToolContext as AgentsToolContext
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -77,6 +79,8 @@ __all__ = [
     "to_openai_tool",
     "to_openai_tools",
 ]
+
+_LOG = logging.getLogger(__name__)
 
 #: The channel name recorded for answers given through `RunStateBridge`.
 CHANNEL = "openai-agents"
@@ -170,10 +174,17 @@ def to_openai_tool(tool: BaseTool, *, runner: ToolRunner, name: str | None = Non
         name=sdk_name,
         description=description if description is not None else tool.description,
         params_json_schema=tool.parameters_schema(),
-        on_invoke_tool=on_invoke_tool,
+        # As for the SDK's own function tools: an error (the store unreachable, say)
+        # reaches the model as the SDK's failure message, and the run goes on.
+        on_invoke_tool=with_function_tool_failure_error_handler(on_invoke_tool,
+                                                                _log_handled_error),
         strict_json_schema=strict_json_schema,
         needs_approval=needs_approval,
     )
+
+
+def _log_handled_error(tool: AgentsFunctionTool, error: Exception, _arguments: str) -> None:
+    _LOG.warning("sandbox gate error in %s: %s: %s", tool.name, type(error).__name__, error)
 
 
 def to_openai_tools(runner: ToolRunner, *,
