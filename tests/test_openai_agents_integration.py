@@ -512,3 +512,20 @@ async def test_a_gate_error_fails_closed_and_the_run_goes_on(tmp_path: Path) -> 
     result = await Runner.run(agent, "wipe prod")
     assert result.final_output == "ok" and fx.ran == []
     assert outputs(model)["call_1"].startswith("An error occurred while running the tool")
+
+
+async def test_a_provider_leaving_the_request_pending_tells_the_model(tmp_path: Path) -> None:
+    from sandbox.approval.queue import QueueConfirmationProvider
+
+    store = str(tmp_path / "approvals.db")
+    provider = QueueConfirmationProvider(store, timeout=0.2, on_timeout="pending")
+    fx, runner = make(store=store, provider=provider)
+    agent, model = agent_for(runner, wipe_call("prod"), [assistant_message("ok")])
+    result = await Runner.run(agent, "wipe prod")
+    assert result.interruptions == [] and fx.ran == []
+    assert "stays pending" in outputs(model)["call_1"]
+    [pending] = await runner.pending()
+    # Answered later (here: in this process), applied by the runner: runs once.
+    runner.store.submit_answer(pending.id, True)
+    assert list((await runner.apply_answers()).values())[0] == {"wiped": "prod"}
+    assert fx.ran == [{"scope": "prod"}]
