@@ -527,5 +527,5 @@ async def test_a_provider_leaving_the_request_pending_tells_the_model(tmp_path: 
     [pending] = await runner.pending()
     # Answered later (here: in this process), applied by the runner: runs once.
     runner.store.submit_answer(pending.id, True)
-    assert list((await runner.apply_answers()).values())[0] == {"wiped": "prod"}
+    assert list((await runner.apply_answers()).values()) == [{"wiped": "prod"}]
     assert fx.ran == [{"scope": "prod"}]
