@@ -529,3 +529,27 @@ async def test_a_provider_leaving_the_request_pending_tells_the_model(tmp_path: 
     runner.store.submit_answer(pending.id, True)
     assert list((await runner.apply_answers()).values()) == [{"wiped": "prod"}]
     assert fx.ran == [{"scope": "prod"}]
+
+
+async def test_two_copies_of_an_approved_state_resumed_at_once_run_once(
+        tmp_path: Path) -> None:
+    import anyio
+
+    fx, runner = make(store=str(tmp_path / "approvals.db"))
+    agent, model = agent_for(runner, wipe_call("prod"), [assistant_message("a")],
+                             [assistant_message("b")])
+    result = await Runner.run(agent, "wipe prod")
+    state = result.to_state()
+    await RunStateBridge(runner).approve(state, result.interruptions[0])
+    saved = state.to_string()
+    copies = [await RunState.from_string(agent, saved) for _ in range(2)]
+    finals: list[Any] = []
+
+    async def resume(copy: Any) -> None:
+        finals.append(await Runner.run(agent, copy))
+
+    async with anyio.create_task_group() as tg:
+        for copy in copies:
+            tg.start_soon(resume, copy)
+    assert fx.ran == [{"scope": "prod"}]
+    assert len(finals) == 2
