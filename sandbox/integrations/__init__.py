@@ -5,6 +5,12 @@
   make our tools ADK tools.
 - `sandbox.integrations.mcp`: an MCP server over stdio (``pip install 'sandbox[mcp]'``)
   whose approvals use MCP elicitation.
+- `sandbox.integrations.openai_agents`: the OpenAI Agents SDK (``pip install
+  'sandbox[openai-agents]'``): our tools as SDK function tools and `ExecuteBashTool` as
+  its ``ShellTool``, with ``RunState`` approvals recorded in the gate (`RunStateBridge`).
+- `sandbox.integrations.langgraph`: LangGraph and langchain agents (``pip install
+  'sandbox[langgraph]'``): langchain's human-in-the-loop middleware with every reviewed
+  call behind a `ToolRunner`, and our tools as langchain tools.
 
 Nothing is imported here, so ``import sandbox`` never pulls in an optional dependency.
 """
