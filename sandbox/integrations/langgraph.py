@@ -28,7 +28,7 @@ import functools
 import json
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
@@ -247,11 +247,10 @@ def _review(runner: ToolRunner, name: str, args: dict[str, Any], call_id: str | 
     """A call left waiting becomes LangGraph's interrupt; its answer is applied (sync)."""
     if not outcome.awaiting or call_id is None:
         return outcome
-    tool = runner.tools[name]
     hint = _describe(DESCRIPTION_PREFIX, name, args)
     answer = interrupt(_hitl_request(name, args, hint, OUR_DECISIONS))
     decision = _single_decision(answer, name)
-    return _sync(_answer_ours, runner, tool.name, args, call_id, decision)
+    return _sync(_answer_ours, runner, name, args, call_id, decision)
 
 
 async def _areview(runner: ToolRunner, name: str, args: dict[str, Any], call_id: str | None,
@@ -393,7 +392,6 @@ class _LiveCall:
     result: Any = None
     ran_with: dict[str, Any] | None = None
     raised: BaseException | None = None
-    hints: dict[str, str] = field(default_factory=dict)
 
 
 _LIVE: contextvars.ContextVar[_LiveCall] = contextvars.ContextVar("sandbox_langgraph_call")
