@@ -536,7 +536,7 @@ async def test_two_copies_of_an_approved_state_resumed_at_once_run_once(
     import anyio
 
     fx, runner = make(store=str(tmp_path / "approvals.db"))
-    agent, model = agent_for(runner, wipe_call("prod"), [assistant_message("a")],
+    agent, _model = agent_for(runner, wipe_call("prod"), [assistant_message("a")],
                              [assistant_message("b")])
     result = await Runner.run(agent, "wipe prod")
     state = result.to_state()
@@ -553,3 +553,23 @@ async def test_two_copies_of_an_approved_state_resumed_at_once_run_once(
             tg.start_soon(resume, copy)
     assert fx.ran == [{"scope": "prod"}]
     assert len(finals) == 2
+
+
+async def test_a_rejecting_guardrail_stops_the_call_with_a_provider_too() -> None:
+    fx, runner = make(provider=AutoApprove())
+    asked: list[str] = []
+
+    @tool_input_guardrail
+    def nothing_passes(data: Any) -> ToolGuardrailFunctionOutput:
+        asked.append(data.context.tool_call_id)
+        return ToolGuardrailFunctionOutput.reject_content("blocked by the guardrail")
+
+    [tool] = runner.tools.values()
+    sdk_tool = to_openai_tool(tool, runner=runner)
+    sdk_tool.tool_input_guardrails = [nothing_passes]
+    model = ScriptedModel([wipe_call("prod"), [assistant_message("ok")]])
+    await Runner.run(Agent(name="ops", model=model, tools=[sdk_tool]), "wipe prod")
+    assert asked == ["call_1"] and fx.ran == []
+    assert outputs(model) == {"call_1": "blocked by the guardrail"}
+    # The provider was never asked: the guardrail came first, nothing was recorded.
+    assert (await runner.would_ask("wipe", {"scope": "prod"}, "call_1")).action == "ask"
