@@ -290,3 +290,36 @@ async def test_answer_call_outcome(effect: SideEffect) -> None:
     assert done.value == "!GO" and done.ran
     unknown = await answer_call(runner, "zzz", True)
     assert unknown.status == "rejected"
+
+
+async def test_answer_call_applying_an_answer_already_applied_gets_the_record(
+        effect: SideEffect) -> None:
+    runner = ToolRunner([append_tool(effect)])
+    first = await runner.call("append", {"text": "a"}, call_id="c1")
+    runner.store.submit_answer(first["confirmation_id"], True, channel="web")
+    assert await runner.answer("c1") == {"written": "a"}  # applied by someone else
+
+    again = await answer_call(runner, "c1", None)
+
+    assert again.value == {"written": "a"} and again.replayed
+    assert effect.lines == ["a"]
+
+
+async def test_a_framework_denial_is_audited_with_its_channel_and_reason(
+        effect: SideEffect, tmp_path: Any) -> None:
+    import json
+
+    log = tmp_path / "audit.jsonl"
+    runner = ToolRunner([append_tool(effect)], audit_path=str(log))
+    await runner.call("append", {"text": "a"}, call_id="c1")
+
+    await runner.deny("c1", "rejected in the UI", channel="openai-agents", decided_by="erin")
+    await runner.deny("c2", "never asked", tool="append", args={"text": "b"})
+
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    decided = [e for e in events if e.get("event") == "tool.decided"]
+    assert [(e["call_id"], e["decision"], e["reason"], e["channel"]) for e in decided] == [
+        ("c1", "denied", "rejected in the UI", "openai-agents"),
+        ("c2", "denied", "never asked", "framework")]
+    assert decided[0]["decided_by"] == "erin"
+    assert [e["call_id"] for e in events if e.get("event") == "tool.requested"] == ["c1", "c2"]

@@ -523,3 +523,27 @@ def test_a_declared_tool_is_asked_about_whatever_the_predicate_says(effect: Side
 
     assert isinstance(result.output, DeferredToolRequests)
     assert not effect.happened
+
+
+def test_arguments_the_model_sent_loosely_typed_are_approved_as_validated(
+        effect: SideEffect) -> None:
+    tools: FunctionToolset[Any] = FunctionToolset()
+
+    @tools.tool_plain(requires_approval=True)
+    def repeat(times: int) -> str:
+        """Repeat."""
+        effect.append(str(times))
+        return "ok" * times
+
+    gated = SandboxApprovalToolset(tools)
+    agent = agent_for(gated, ToolCallPart("repeat", {"times": "2"}, tool_call_id="r1"))
+    first = agent.run_sync("go")
+    assert gated.gate.store.pending()[0].args == {"times": 2}
+
+    second = agent.run_sync(message_history=first.all_messages(),
+                            deferred_tool_results=DeferredToolResults(approvals={"r1": True}))
+
+    assert returns(second.output) == [["okok", "success"]]
+    assert effect.lines == ["2"]
+    assert gated.gate.store.get_request(
+        first.output.metadata["r1"]["confirmation_id"]).status == "approved"

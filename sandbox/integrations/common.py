@@ -156,6 +156,14 @@ async def answer_call(
                                          decided_by=decided_by, channel=channel)
         except (DuplicateCallError, UnknownCallError) as exc:
             return outcome(rejected(f"{exc}. Nothing was run."))
+        except ConfirmationStateError as exc:
+            # The recorded answer this meant to apply was applied meanwhile (another
+            # process, another channel): the request is decided, and its record answers.
+            rec, req = await runner.find(ref)
+            if rec is None or (req is not None and req.status == "pending"):
+                return outcome(rejected(f"{exc}. Nothing was run."))
+            result = await runner.answer(ref, Decision.approve(channel=channel),
+                                         channel=channel)
         return outcome(result, capture)
     finally:
         CAPTURE.reset(token)

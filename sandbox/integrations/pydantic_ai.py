@@ -143,13 +143,14 @@ class _ToolProxy(BaseTool):
         if call is None or args == call.json_args:
             return args
         try:  # edited arguments: validated as Pydantic AI validates the model's
-            call.tool.args_validator.validate_python(args)
+            validated = call.tool.args_validator.validate_python(
+                args, context=call.ctx.validation_context)
         except pydantic_core.ValidationError as exc:
             raise ToolArgumentError(
                 f"the arguments do not fit {self.name}: "
                 + "; ".join(f"{'.'.join(map(str, e['loc'])) or 'args'}: {e['msg']}"
                             for e in exc.errors())) from None
-        return args
+        return dict(_json(validated))  # the form that is digested, shown and run
 
     async def confirmation_needed(self, args: dict[str, Any]) -> str | None:
         call = _CURRENT.get(None)
@@ -162,7 +163,8 @@ class _ToolProxy(BaseTool):
         approved = tool_context.tool_confirmation is not None
         ctx = replace(call.ctx, tool_call_approved=approved)
         tool_args = call.args if args == call.json_args else \
-            call.tool.args_validator.validate_python(args)
+            call.tool.args_validator.validate_python(args,
+                                                     context=call.ctx.validation_context)
         try:
             value = await call.toolset.call_tool(self.name, tool_args, ctx, call.tool)
         except ApprovalRequired as exc:
@@ -234,13 +236,14 @@ class _Gate:
         return runner
 
     async def call(self, runner: ToolRunner, name: str, json_args: dict[str, Any],
-                   ctx: RunContext[Any], current: _Call | None) -> Any:
+                   ctx: RunContext[Any], current: _Call | None,
+                   tool: ToolsetTool[Any]) -> Any:
         """One call through the gate, handed back as Pydantic AI expects it."""
         call_id = ctx.tool_call_id
         token = _CURRENT.set(current) if current is not None else None
         try:
             if ctx.tool_call_approved:
-                outcome = await self._approved(runner, name, json_args, ctx)
+                outcome = await self._approved(runner, name, json_args, ctx, tool)
             else:
                 outcome = await run_call(runner, name, json_args, call_id)
         finally:
@@ -249,13 +252,13 @@ class _Gate:
         return _handed_back(outcome, current)
 
     async def _approved(self, runner: ToolRunner, name: str, json_args: dict[str, Any],
-                        ctx: RunContext[Any]) -> GateOutcome:
+                        ctx: RunContext[Any], tool: ToolsetTool[Any]) -> GateOutcome:
         """A call Pydantic AI approved (``DeferredToolResults``): applied to the stored
         request. The arguments in the message history are the ones the model proposed;
         arguments that differ from them are the human's ``override_args`` (an edit)."""
         call_id = ctx.tool_call_id
         proposed = _proposed_args(ctx, call_id)
-        base = json_args if proposed is None else _json(proposed)
+        base = json_args if proposed is None else _validated_json(tool, ctx, proposed)
         if not call_id:
             return await run_call(runner, name, json_args, None)
         rec, req = await runner.find(call_id)
@@ -319,6 +322,18 @@ def _handed_back(outcome: GateOutcome, current: _Call | None) -> Any:
     if outcome.denied:
         return ToolDenied(outcome.message)
     raise ToolFailed(outcome.message)
+
+
+def _validated_json(tool: ToolsetTool[Any], ctx: RunContext[Any],
+                    args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` as Pydantic AI validates a call's arguments, as JSON: the form the first
+    run digested (so ``"5"`` for an ``int`` compares equal to the ``5`` that was asked
+    about). Arguments that do not validate are compared as they are (and refused)."""
+    try:
+        validated = tool.args_validator.validate_python(args, context=ctx.validation_context)
+    except pydantic_core.ValidationError:
+        return dict(_json(args))
+    return dict(_json(validated))
 
 
 def _proposed_args(ctx: RunContext[Any], call_id: str | None) -> dict[str, Any] | None:
@@ -415,7 +430,7 @@ class SandboxApprovalToolset(WrapperToolset[Any]):
 
         json_args = _json(tool_args)
         current = _Call(self.wrapped, tool, ctx, tool_args, json_args, needs)
-        return await self.gate.call(runner, name, json_args, ctx, current)
+        return await self.gate.call(runner, name, json_args, ctx, current, tool)
 
     async def results_from_store(self, requests: DeferredToolRequests) -> DeferredToolResults:
         """The answers given on other channels (web page, CLI, another process) to these
@@ -466,7 +481,7 @@ class _RunnerToolset(AbstractToolset[Any]):
         runner = self.gate.runner_for(ctx, name)
         if runner is None:
             raise ToolFailed(f"unknown tool {name!r}; the call was not run")
-        return await self.gate.call(runner, name, _json(tool_args), ctx, None)
+        return await self.gate.call(runner, name, _json(tool_args), ctx, None, tool)
 
     async def results_from_store(self, requests: DeferredToolRequests) -> DeferredToolResults:
         """See `SandboxApprovalToolset.results_from_store`."""
