@@ -481,3 +481,23 @@ def test_a_provider_that_leaves_the_request_pending_pauses_the_graph(tmp_path: P
     assert fx.ran == []
     assert tool_messages(result)["c2"].content == (
         "User rejected the tool call for `wipe` with reason: later")
+
+
+def test_answers_are_audited_with_their_channel(tmp_path: Path) -> None:
+    import json
+
+    from sandbox.audit import AuditLog
+
+    audit = tmp_path / "audit.jsonl"
+    fx = Effects()
+    mw = SandboxApprovalMiddleware({"wipe": True}, audit=AuditLog(str(audit)))
+    agent = build(mw, fx, script(calls(("wipe", {"scope": "a"}, "ca"),
+                                       ("wipe", {"scope": "b"}, "cb"))))
+    agent.invoke(USER, CONFIG)
+    agent.invoke(Command(resume={"decisions": [
+        {"type": "approve"}, {"type": "reject", "message": "not b"}]}), CONFIG)
+    decided = {e["call_id"]: e for e in map(json.loads, audit.read_text().splitlines())
+               if e["event"] == "tool.decided"}
+    assert {k: (e["channel"], e.get("reason")) for k, e in decided.items()} == {
+        "ca": ("langgraph", None), "cb": ("langgraph", "not b")}
+    assert fx.ran == ["a"]

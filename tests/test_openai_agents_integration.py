@@ -573,3 +573,24 @@ async def test_a_rejecting_guardrail_stops_the_call_with_a_provider_too() -> Non
     assert outputs(model) == {"call_1": "blocked by the guardrail"}
     # The provider was never asked: the guardrail came first, nothing was recorded.
     assert (await runner.would_ask("wipe", {"scope": "prod"}, "call_1")).action == "ask"
+
+
+async def test_answers_are_audited_with_their_channel_and_who(tmp_path: Path) -> None:
+    audit = tmp_path / "audit.jsonl"
+    fx = Effects()
+    runner = ToolRunner([FunctionTool(fx.wipe, require_confirmation=True)],
+                        audit_path=str(audit))
+    agent, _ = agent_for(runner, [function_call("wipe", {"scope": "a"}, call_id="ca"),
+                                  function_call("wipe", {"scope": "b"}, call_id="cb")],
+                         [assistant_message("ok")])
+    result = await Runner.run(agent, "go")
+    state = result.to_state()
+    items = {i.call_id: i for i in result.interruptions}
+    bridge = RunStateBridge(runner)
+    await bridge.approve(state, items["ca"], decided_by="alice")
+    await bridge.reject(state, items["cb"], "not b", decided_by="bob")
+    await Runner.run(agent, state)
+    decided = {e["call_id"]: e for e in map(json.loads, audit.read_text().splitlines())
+               if e["event"] == "tool.decided"}
+    assert {k: (e["channel"], e["decided_by"], e.get("reason")) for k, e in decided.items()} \
+        == {"ca": ("openai-agents", "alice", None), "cb": ("openai-agents", "bob", "not b")}
