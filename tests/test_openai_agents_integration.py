@@ -594,3 +594,32 @@ async def test_answers_are_audited_with_their_channel_and_who(tmp_path: Path) ->
                if e["event"] == "tool.decided"}
     assert {k: (e["channel"], e["decided_by"], e.get("reason")) for k, e in decided.items()} \
         == {"ca": ("openai-agents", "alice", None), "cb": ("openai-agents", "bob", "not b")}
+
+
+async def test_a_shell_call_mixing_blocked_and_asked_commands(bash: ExecuteBashTool,
+                                                             tmp_path: Path) -> None:
+    store = str(tmp_path / "approvals.db")
+    runner = ToolRunner([bash], store_path=store)
+    model = ScriptedModel([
+        [shell_call("sh_1", "echo hi", "echo x; touch evil", "touch made")],
+        [assistant_message("ok")], [assistant_message("ok again")]])
+    agent = Agent(name="ops", model=model, tools=[shell_tool(bash, runner=runner)])
+    result = await Runner.run(agent, "go")
+    [item] = result.interruptions
+    # Only the command that needs a human is asked about; the blocked one never is.
+    assert [r.call_id for r in await runner.pending()] == ["sh_1#2"]
+    saved = result.to_state().to_string()
+    state = result.to_state()
+    await RunStateBridge(runner).approve(state, item)
+    await Runner.run(agent, state)
+    assert (bash.workspace / "made").exists() and not (bash.workspace / "evil").exists()
+    [out] = [i for i in model.calls[1].input  # type: ignore[union-attr]
+             if isinstance(i, dict) and i.get("type") == "shell_call_output"]
+    codes = [o["outcome"]["exit_code"] for o in out["output"]]
+    assert codes == [0, 1, 0] and "blocked" in out["output"][1]["stderr"].lower()
+    # The same answered state taken from the store again: approved, nothing runs twice.
+    (bash.workspace / "made").unlink()
+    copy = await RunState.from_string(agent, saved)
+    assert await RunStateBridge(runner).apply_store_answers(copy) == {"sh_1": "approved"}
+    await Runner.run(agent, copy)
+    assert not (bash.workspace / "made").exists()

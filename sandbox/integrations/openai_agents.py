@@ -461,6 +461,9 @@ class RunStateBridge:
                 return  # approved elsewhere already: that answer stands
             await _submit(runner, verdict.confirmation_id, decision)
             return
+        if verdict.action == "refuse" and verdict.state == "blocked":
+            return  # a hard refusal (a blocked command): no approval changes it; it stays
+            # blocked when the run resumes, and the rest of a shell call is approved
         if verdict.action == "refuse":
             raise ConfirmationStateError(
                 f"call {call.call_id} cannot be approved: {verdict.reason}")
@@ -492,6 +495,8 @@ class RunStateBridge:
             if answer.get("outcome") == "deny":
                 return "denied", str(answer.get("reason") or DEFAULT_APPROVAL_REJECTION_MESSAGE)
             return "approved", ""
+        if verdict.action == "refuse" and verdict.state == "blocked":
+            return "approved", ""  # nothing to answer: it stays blocked when it runs
         if verdict.action == "refuse":
             return "denied", str(verdict.reason or "refused by the gate")
         if verdict.action == "replay":
