@@ -501,3 +501,25 @@ def test_answers_are_audited_with_their_channel(tmp_path: Path) -> None:
     assert {k: (e["channel"], e.get("reason")) for k, e in decided.items()} == {
         "ca": ("langgraph", None), "cb": ("langgraph", "not b")}
     assert fx.ran == ["a"]
+
+
+def test_parallel_calls_of_our_tool_each_interrupt_and_are_answered_by_id(
+        bash: ExecuteBashTool) -> None:
+    runner = ToolRunner([bash])
+    model = script(calls(("execute_bash", {"command": "touch a"}, "b1"),
+                         ("execute_bash", {"command": "touch b"}, "b2")))
+    agent = create_agent(model, tools=[to_langchain_tool(bash, runner=runner)],
+                         checkpointer=InMemorySaver())
+    paused = agent.invoke(USER, CONFIG)
+    interrupts = paused["__interrupt__"]
+    assert len(interrupts) == 2 and len(runner.store.pending()) == 2
+
+    def answer(value: dict[str, Any]) -> dict[str, Any]:
+        command = value["action_requests"][0]["args"]["command"]
+        return {"decisions": [{"type": "approve"} if command == "touch a"
+                              else {"type": "reject", "message": "no b"}]}
+
+    result = agent.invoke(Command(resume={i.id: answer(i.value) for i in interrupts}), CONFIG)
+    assert sorted(p.name for p in bash.workspace.iterdir()) == ["a"]
+    assert tool_messages(result)["b2"].content == (
+        "User rejected the tool call for `execute_bash` with reason: no b")
