@@ -523,3 +523,29 @@ def test_parallel_calls_of_our_tool_each_interrupt_and_are_answered_by_id(
     assert sorted(p.name for p in bash.workspace.iterdir()) == ["a"]
     assert tool_messages(result)["b2"].content == (
         "User rejected the tool call for `execute_bash` with reason: no b")
+
+
+def test_our_tools_answered_on_the_cli_resume_with_store_resume(bash: ExecuteBashTool,
+                                                                tmp_path: Path) -> None:
+    from sandbox.integrations.langgraph import store_resume
+
+    store = str(tmp_path / "approvals.db")
+    runner = ToolRunner([bash], store_path=store)
+    model = script(calls(("execute_bash", {"command": "touch a"}, "b1"),
+                         ("execute_bash", {"command": "touch b"}, "b2")))
+    agent = create_agent(model, tools=[to_langchain_tool(bash, runner=runner)],
+                         checkpointer=InMemorySaver())
+    agent.invoke(USER, CONFIG)
+    assert store_resume(runner, agent.get_state(CONFIG)) is None  # nobody answered yet
+    by_call = {r.call_id: r.id for r in ToolRunner([bash], store_path=store).store.pending()}
+    for call_id, verb, extra in (("b1", "approve", []), ("b2", "deny", ["--reason", "no b"])):
+        cli = subprocess.run(
+            [sys.executable, "-m", "sandbox", "approvals", verb, by_call[call_id], *extra,
+             "--store", store], capture_output=True, text=True, timeout=60)
+        assert cli.returncode == 0, cli.stderr
+    value = store_resume(runner, agent.get_state(CONFIG))
+    assert value is not None and len(value) == 2
+    result = agent.invoke(Command(resume=value), CONFIG)
+    assert sorted(p.name for p in bash.workspace.iterdir()) == ["a"]
+    assert tool_messages(result)["b2"].content == (
+        "User rejected the tool call for `execute_bash` with reason: no b")

@@ -68,6 +68,8 @@ __all__ = [
     "CHANNEL",
     "SandboxApprovalMiddleware",
     "ToolNodeWrapper",
+    "astore_resume",
+    "store_resume",
     "to_langchain_tool",
     "tool_node_wrapper",
 ]
@@ -339,6 +341,48 @@ def to_langchain_tool(tool: BaseTool, *, runner: ToolRunner) -> SandboxTool:
     return SandboxTool(name=tool.name, description=tool.description or tool.name,
                        args_schema=tool.parameters_schema(), runner=runner,
                        tool_name=tool.name)
+
+
+def store_resume(runner: ToolRunner, snapshot: Any) -> dict[str, Any] | None:
+    """The resume value for a graph paused by our tools (`to_langchain_tool`,
+    `tool_node_wrapper`), from the answers given on the web page, the CLI or another
+    process: ``{interrupt_id: {"decisions": [...]}}`` for each waiting call that has an
+    answer, or None when none has. ``snapshot`` is ``graph.get_state(config)``; resume
+    with ``graph.invoke(Command(resume=value), config)``."""
+    return _sync(astore_resume, runner, snapshot)
+
+
+async def astore_resume(runner: ToolRunner, snapshot: Any) -> dict[str, Any] | None:
+    """`store_resume` for async code."""
+    values = getattr(snapshot, "values", None)
+    messages = (values.get("messages") or []) if isinstance(values, dict) else []
+    calls = [call for m in messages if isinstance(m, AIMessage) for call in m.tool_calls
+             if call["name"] in runner.tools and call.get("id")]
+    thread = ((getattr(snapshot, "config", None) or {}).get("configurable") or {}).get(
+        "thread_id")
+    if runner.session_id is None and thread not in (None, ""):
+        runner = runner.for_session(session_key(CHANNEL, thread))
+    taken: set[str] = set()
+    resume: dict[str, Any] = {}
+    for pending in getattr(snapshot, "interrupts", ()) or ():
+        value = pending.value
+        actions = value.get("action_requests") if isinstance(value, dict) else None
+        if not isinstance(actions, list) or len(actions) != 1:
+            continue
+        action = actions[0]
+        # The interrupt value is langchain's (no call id): the latest call of this tool
+        # with these arguments that is not matched yet is the one it asks about.
+        call = next((c for c in reversed(calls) if c["id"] not in taken
+                     and c["name"] == action.get("name") and c["args"] == action.get("args")),
+                    None)
+        if call is None:
+            continue
+        taken.add(call["id"])
+        verdict = await runner.would_ask(call["name"], dict(call["args"]), call["id"])
+        if verdict.action == "pending" and verdict.answer is not None:
+            resume[pending.id] = {"decisions": [
+                _langchain_decision(call["name"], verdict.answer)]}
+    return resume or None
 
 
 @dataclass
