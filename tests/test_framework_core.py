@@ -323,3 +323,31 @@ async def test_a_framework_denial_is_audited_with_its_channel_and_reason(
         ("c2", "denied", "never asked", "framework")]
     assert decided[0]["decided_by"] == "erin"
     assert [e["call_id"] for e in events if e.get("event") == "tool.requested"] == ["c1", "c2"]
+
+
+async def test_a_call_id_from_another_session_is_never_replayed_nor_run(
+        effect: SideEffect) -> None:
+    # Found by fw-more: session B read session A's output by reusing A's call id.
+    from sandbox import DuplicateCallError
+
+    def secret(q: str) -> dict[str, Any]:
+        """Read a secret."""
+        effect.append(q)
+        return {"answer": "A's data"}
+
+    base = ToolRunner([FunctionTool(secret)])
+    alice, bob = base.for_session("A"), base.for_session("B")
+    assert await alice.call("secret", {"q": "x"}, "call_1") == {"answer": "A's data"}
+
+    with pytest.raises(DuplicateCallError, match="another session"):
+        await bob.call("secret", {"q": "x"}, "call_1")
+    reused = await run_call(bob, "secret", {"q": "x"}, "call_1")
+    assert reused.status == "rejected" and "A's data" not in str(reused.result)
+    verdict = await bob.would_ask("secret", {"q": "x"}, "call_1")
+    assert verdict.action == "refuse" and "another session" in (verdict.reason or "")
+    answered = await bob.answer("call_1", True)
+    assert answered["status"] == "rejected" and "A's data" not in str(answered)
+    denied = await bob.deny("call_1", "mine now")
+    assert denied["status"] == "rejected"
+    assert alice.store.get_call("call_1").state == "done"
+    assert effect.lines == ["x"]

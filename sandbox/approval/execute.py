@@ -85,6 +85,13 @@ class Execution:
 
     async def replay(self, rec: CallRecord, call: Call) -> dict[str, Any]:
         """The recorded outcome of a call id used before (never a second run)."""
+        if rec.session_id != call.session_id:
+            # Another session's call: its outcome is that session's to read, and this
+            # call is not run under an id that is spent (ids may repeat across sessions
+            # when a model or a test model makes them up).
+            raise DuplicateCallError(
+                f"call id {rec.call_id!r} was already used in another session; nothing was "
+                "run. Every new call needs a new call id")
         if rec.tool != call.name or rec.digest != call.digest:
             raise DuplicateCallError(
                 f"call id {rec.call_id!r} was already used for {rec.tool} with other "

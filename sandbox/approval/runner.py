@@ -338,6 +338,10 @@ class ToolRunner:
         if call_id is not None:
             rec = await self._record(call_id)
             if rec is not None and rec.state != "abandoned":
+                if rec.session_id != self.session_id:
+                    return CallVerdict("refuse", state="rejected", reason=(
+                        f"call id {call_id!r} was already used in another session; every "
+                        "new call needs a new call id. Nothing was run."))
                 if rec.tool != name or rec.digest != digest_of(name, text):
                     return CallVerdict("refuse", state="rejected", reason=(
                         f"call id {call_id!r} was already used for {rec.tool} with other "
@@ -432,6 +436,12 @@ class ToolRunner:
             given = given.model_copy(update={"decided_by": decided_by})
         rec, req = await self.find(ref)
         t = self._transitions
+        if rec is not None and rec.session_id != self.session_id:
+            message = (f"call {rec.call_id} belongs to another session than this runner's "
+                       f"({self.session_id!r}); nothing was run or recorded. Answer it from a "
+                       "runner of that session")
+            await t.refused(rec.tool, rec.call_id, message, rec.digest)
+            return NotRun(Status.REJECTED, message, rec.call_id).to_dict()
         if rec is None:
             if given is not None and given.outcome == "deny" and tool is not None \
                     and args is not None:
