@@ -52,6 +52,7 @@ import fcntl
 import mmap
 import os
 import platform
+import select
 import socket
 import stat
 import struct
@@ -265,6 +266,60 @@ def _probe(fn_name: str, confinement: Confinement) -> str:
     return ""
 
 
+def _probe_private_proc(c: Confinement) -> str:
+    """'' if a child can be the first process of a PID namespace of its own, with a
+    fresh /proc in its own mount namespace, forked the way the spawner forks one
+    (`fork_in_pid_namespace`); else why not. Tried in a throwaway child of ours, so
+    that this process never becomes a subreaper nor forks into a namespace."""
+    what = "PID and mount namespaces with a private /proc"
+    try:
+        prepared = prepare(c)
+    except OSError as e:
+        return f"{what}: {e.strerror or e}"
+    report_r, report_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        pid = os.fork()
+    except OSError as e:
+        os.close(report_r)
+        os.close(report_w)
+        prepared.close()
+        return f"{what}: fork: {e.strerror or e}"
+    if pid == 0:  # the throwaway child: leaves only through os._exit
+        status = 1
+        try:
+            os.close(report_r)
+            first = fork_in_pid_namespace(c)
+            if first == 0:
+                try:
+                    prepared.apply()
+                    with open("/proc/self/stat", "rb") as f:
+                        if f.read().split()[0] != b"1":
+                            raise OSError(errno.EINVAL, "/proc is not the namespace's own")
+                    os._exit(0)
+                except BaseException as e:
+                    with contextlib.suppress(BaseException):
+                        os.write(report_w, f"{e}".encode()[:2000])
+                    os._exit(1)
+            _, wait_status = os.waitpid(first, 0)
+            status = 0 if wait_status == 0 else 1
+        except BaseException as e:
+            with contextlib.suppress(BaseException):
+                os.write(report_w, f"{e}".encode()[:2000])
+        os._exit(status)
+    os.close(report_w)
+    prepared.close()
+    try:
+        said = b""
+        while chunk := os.read(report_r, 4096):
+            said += chunk
+    finally:
+        os.close(report_r)
+    _, wait_status = os.waitpid(pid, 0)
+    if wait_status == 0:
+        return ""
+    return f"{what}: {said.decode('utf-8', 'replace') or 'a test child failed'}"
+
+
 def detect() -> KernelSupport:
     """Probe (once per process, then cached) which confinement layers work here."""
     global _detected
@@ -294,26 +349,24 @@ def detect() -> KernelSupport:
                 problem = _probe("seccomp", Confinement(seccomp=True, drop_capabilities=False))
                 if problem:
                     missing["seccomp"] = problem
-        netns = Confinement(new_netns=True, new_userns=not root, euid=os.geteuid(),
+        admin = namespace_admin()
+        netns = Confinement(new_netns=True, new_userns=not admin, euid=os.geteuid(),
                             egid=os.getegid(), drop_capabilities=False)  # fmt: skip
         problem = _probe("network namespace", netns)
         if problem:
             missing["netns"] = problem + (
-                "" if root else " (an unprivileged agent needs user namespaces: "
-                "sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces)"
+                "" if admin else " (without CAP_SYS_ADMIN a network namespace needs a user "
+                "namespace: sysctl kernel.unprivileged_userns_clone=1 / "
+                "user.max_user_namespaces, or a container runtime that allows them)"
             )
-        if not root:
-            missing["private-proc"] = (
-                "needs root: an unprivileged agent would need a user namespace and one more "
-                "process per command to own a PID namespace"
+        problem = _probe_private_proc(Confinement(
+            private_proc=True, new_userns=not admin, drop_capabilities=False,
+            euid=os.geteuid(), egid=os.getegid()))  # fmt: skip
+        if problem:
+            missing["private-proc"] = problem + (
+                "" if admin else " (without CAP_SYS_ADMIN a PID namespace needs a user "
+                "namespace)"
             )
-        else:
-            with pid_namespace() as problem:
-                if not problem:
-                    problem = _probe("PID and mount namespaces with a private /proc",
-                                     Confinement(private_proc=True, drop_capabilities=False))  # fmt: skip
-            if problem:
-                missing["private-proc"] = problem
         if abi:
             problem = _probe("landlock", Confinement(landlock_abi=abi, landlock_fs=True,
                                                      read_paths=("/",)))  # fmt: skip
@@ -369,9 +422,11 @@ def plan(
         return None, {layer: "inactive: confinement='none' in the policy" for layer in LAYERS}
     kernel = detect()
     root = os.geteuid() == 0
-    needed = ["landlock-fs", "landlock-scopes", "seccomp", "capabilities", "no-new-privs"]
-    if root:
-        needed += ["private-proc"]
+    # Without CAP_SYS_ADMIN (an ordinary user; root in Docker), each command's
+    # namespaces are made inside a user namespace of its own, mapping our uid to itself.
+    admin = namespace_admin()
+    needed = ["landlock-fs", "landlock-scopes", "seccomp", "capabilities", "no-new-privs",
+              "private-proc"]  # fmt: skip
     if request.network != "host":
         needed += ["netns"]
     if request.network == "none":
@@ -416,7 +471,7 @@ def plan(
         no_new_privs=kernel.has("no-new-privs"),
         new_netns=use_netns,
         loopback_up=use_netns and request.network == "loopback",
-        new_userns=use_netns and not root,
+        new_userns=(use_netns or private_proc) and not admin,
         private_proc=private_proc,
         hide_etc_secrets=hide_etc,
         euid=os.geteuid(),
@@ -475,13 +530,15 @@ def plan(
     elif use_netns:
         what = ("private, lo up" if request.network == "loopback"
                 else "empty (lo down)" + (", shared by the commands of this agent"
-                                          if root else ""))  # fmt: skip
-        say("netns", True, what + (" in a user namespace" if not root else ""))
+                                          if admin else ""))  # fmt: skip
+        say("netns", True, what + (" in a user namespace of its own" if not admin else ""))
     else:
         say("netns", False, kernel.missing["netns"])
     if private_proc:
-        say("private-proc", True, "own PID and mount namespaces, fresh /proc: no process "
-            "outside the command's tree is visible")  # fmt: skip
+        say("private-proc", True, "own PID, mount and IPC namespaces" + (
+            "" if admin else " in a user namespace of its own") + ", fresh /proc: no "
+            "process outside the command's tree is visible, and the tree dies with its "
+            "first process")  # fmt: skip
     else:
         say("private-proc", False, kernel.missing["private-proc"])
     if drops_to_uid:
@@ -1097,37 +1154,159 @@ def _last_cap() -> int:
 _ns_lock = threading.Lock()
 _own_pid_ns = -1
 _empty_net_ns = -1
+_PR_SET_CHILD_SUBREAPER = 36
+_CAP_SYS_ADMIN = 21
 
 
 def _ns_fd(kind: str) -> int:
     return os.open(f"/proc/self/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
 
 
-@contextlib.contextmanager
-def pid_namespace() -> Iterator[str]:
-    """While inside, the next process this thread forks is the first of a new PID
-    namespace (``unshare(CLONE_NEWPID)`` only affects children); on leaving, children
-    are born in our own namespace again (``setns`` to it), so that no later fork lands
-    in the namespace of an earlier command. Yields '' or why it could not.
+def namespace_admin() -> bool:
+    """Whether this process may make namespaces without a user namespace of its own:
+    CAP_SYS_ADMIN in its user namespace (root on a host, root of a rootless container).
+    An ordinary user, or root stripped of CAP_SYS_ADMIN (Docker's default), needs one."""
+    try:
+        caps = int(_status_field("CapEff") or "0", 16)
+    except (OSError, ValueError):
+        return False
+    return bool(caps >> _CAP_SYS_ADMIN & 1)
 
-    Needs CAP_SYS_ADMIN: the forking process (the spawner) is the agent's user, root.
+
+def _initial_user_namespace() -> bool:
+    """Whether this process is in the machine's first user namespace (where the PID
+    namespace it was born in is owned, so that `setns` back to it is allowed)."""
+    try:
+        with open("/proc/self/uid_map") as f:
+            return f.read().split() == ["0", "0", "4294967295"]
+    except OSError:
+        return False
+
+
+class PidNamespaceLost(OSError):
+    """`setns` back to our own PID namespace failed after a fork into a new one: every
+    later fork of this process would land in that command's namespace. The process
+    that forks (the spawner, never the agent) must stop forking: it exits, and the
+    agent starts a new one."""
+
+
+def fork_in_pid_namespace(c: Confinement) -> int:
+    """Fork a child that is the first process (pid 1) of a PID namespace of its own,
+    as `os.fork` does: its pid (as seen here) in the parent, 0 in the child.
+
+    Two ways, the same result:
+
+    - Root on the host (CAP_SYS_ADMIN in the first user namespace): ``unshare(
+      CLONE_NEWPID)``, fork, ``setns`` back to our own namespace: one fork.
+    - Otherwise (an ordinary user, root of a rootless container, root without
+      CAP_SYS_ADMIN): an intermediate child makes the namespaces (``CLONE_NEWUSER``
+      first when `c.new_userns`, mapping our uid and gid to themselves, then
+      ``CLONE_NEWPID``), forks the command's first process and exits. `setns` back is
+      not needed (the intermediate's namespaces die with it) and would be refused: our
+      PID namespace belongs to a user namespace we hold no capability in. This process
+      becomes a child subreaper (PR_SET_CHILD_SUBREAPER) so that the command's first
+      process is reparented to it, not to init: it waits for it as for any child. The
+      child waits for the intermediate to be gone before returning (a parent-death
+      signal set before would fire at the intermediate's exit). bubblewrap's
+      ``--unshare-user --unshare-pid`` does the same with a clone() and a monitor
+      process; Python can only fork.
+
+    Raises OSError naming the step that failed (PidNamespaceLost: see there); never
+    ends the calling process.
     """
+    if not c.new_userns and _initial_user_namespace() and namespace_admin():
+        return _fork_with_setns_back()
+    return _fork_through_intermediate(c)
+
+
+def _fork_with_setns_back() -> int:
     global _own_pid_ns
     with _ns_lock:
         if _own_pid_ns < 0:
             _own_pid_ns = _ns_fd("pid")
     if _libc.unshare(ctypes.c_int(_CLONE_NEWPID)) != 0:
-        yield f"unshare(CLONE_NEWPID): {os.strerror(ctypes.get_errno())}"
-        return
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare(CLONE_NEWPID): {os.strerror(err)}")
     try:
-        yield ""
+        pid = os.fork()
     finally:
-        if _libc.setns(ctypes.c_int(_own_pid_ns), ctypes.c_int(_CLONE_NEWPID)) != 0:
+        if os.getpid() != 1 and _libc.setns(ctypes.c_int(_own_pid_ns),
+                                            ctypes.c_int(_CLONE_NEWPID)) != 0:  # fmt: skip
             err = ctypes.get_errno()
-            # Forking on in the command's namespace would put the next command there.
-            os.write(2, f"sandbox: setns back to our PID namespace failed: "
-                        f"{os.strerror(err)}\n".encode())  # fmt: skip
-            os._exit(70)
+            raise PidNamespaceLost(err, "setns back to our PID namespace failed: "
+                                   f"{os.strerror(err)}")  # fmt: skip
+    return pid
+
+
+_subreaper_set = False
+
+
+def _fork_through_intermediate(c: Confinement) -> int:
+    global _subreaper_set
+    if not _subreaper_set:
+        if _libc.prctl(_PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(1), 0, 0, 0) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(err)}")
+        _subreaper_set = True
+    flags = _CLONE_NEWPID | (_CLONE_NEWUSER if c.new_userns else 0)
+    maps = (
+        ("/proc/self/setgroups", b"deny"),
+        ("/proc/self/uid_map", b"%d %d 1" % (c.euid, c.euid)),
+        ("/proc/self/gid_map", b"%d %d 1" % (c.egid, c.egid)),
+    ) if c.new_userns else ()  # fmt: skip
+    report_r, report_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        middle = os.fork()
+    except BaseException:
+        os.close(report_r)
+        os.close(report_w)
+        raise
+    if middle == 0:
+        # The intermediate: it only ever leaves through os._exit.
+        try:
+            os.close(report_r)
+            gone = os.pidfd_open(os.getpid())  # the child waits on it (see above)
+            if _libc.unshare(ctypes.c_int(flags)) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"unshare(CLONE_NEW{'USER|CLONE_NEW' if c.new_userns else ''}"
+                              f"PID): {os.strerror(err)}")  # fmt: skip
+            for path, data in maps:
+                fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, data)
+                finally:
+                    os.close(fd)
+            pid = os.fork()
+        except BaseException as e:
+            with contextlib.suppress(BaseException):
+                os.write(report_w, f"E{e}".encode()[:4000])
+            os._exit(1)
+        if pid == 0:
+            # The command's first process: once the intermediate is gone (and so we
+            # are the caller's child), carry on as the caller's child.
+            os.close(report_w)
+            while not select.select([gone], [], [], None)[0]:
+                pass
+            os.close(gone)
+            return 0
+        with contextlib.suppress(BaseException):
+            os.write(report_w, b"P%d" % pid)
+        os._exit(0)
+    os.close(report_w)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(report_r, 4096)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(report_r)
+        os.waitpid(middle, 0)  # once it is reaped, its child is ours
+    said = b"".join(chunks).decode("utf-8", "replace")
+    if said.startswith("P") and said[1:].isdigit():
+        return int(said[1:])
+    raise OSError(errno.EPERM, said[1:] or "the intermediate process died")
 
 
 def empty_network_namespace() -> int:
@@ -1204,9 +1383,12 @@ class Prepared:
                 self._covers = [(directory if is_dir else file, path)
                                 for path, is_dir in _etc_secrets.entries()]  # fmt: skip
                 self._etc_generation = _etc_secrets.generation
+            # With a PID namespace of its own, the user namespace around it was made by
+            # `fork_in_pid_namespace`, before the child existed.
+            self._own_userns = c.new_userns and not c.private_proc
             self._unshare_flags = (
                 (_CLONE_NEWNET if c.new_netns and self._netns < 0 else 0)
-                | (_CLONE_NEWUSER if c.new_userns else 0)
+                | (_CLONE_NEWUSER if self._own_userns else 0)
             )
         except BaseException:
             self.close()
@@ -1224,7 +1406,7 @@ class Prepared:
         if self._unshare_flags:
             if _libc.unshare(ctypes.c_int(self._unshare_flags)) != 0:
                 raise OSError(ctypes.get_errno(), "unshare")
-        if c.new_userns:
+        if self._own_userns:
             for path, data in (
                 ("/proc/self/setgroups", b"deny"),
                 ("/proc/self/uid_map", self._uid_map),
@@ -1250,7 +1432,8 @@ class Prepared:
         # nothing propagates back to the host's.
         if os.getpid() != 1:
             raise OSError(errno.EINVAL, "private /proc: the child is not the first process "
-                          "of a new PID namespace (fork inside confinement.pid_namespace())")
+                          "of a new PID namespace (fork it with "
+                          "confinement.fork_in_pid_namespace())")
         # An IPC namespace too: SysV shared memory, queues and semaphores are otherwise
         # the host's, and uid 0 owns root's segments.
         if _libc.unshare(ctypes.c_int(_CLONE_NEWNS | _CLONE_NEWIPC)) != 0:
@@ -1403,7 +1586,7 @@ _CAPS = [ctypes.c_ulong(cap) for cap in range(_last_cap() + 1)]
 
 def prepare(confinement: Confinement) -> Prepared:
     """Build, before the fork, everything `Prepared.apply` needs after it. A
-    confinement with private_proc must then be forked inside `pid_namespace()`."""
+    confinement with private_proc must then be forked by `fork_in_pid_namespace`."""
     return Prepared(confinement)
 
 
@@ -1423,10 +1606,11 @@ def describe_kernel() -> dict[str, object]:
                 else "unprivileged (none held)",
                 "no-new-privs": "prctl(PR_SET_NO_NEW_PRIVS)",
                 "netns": "one empty namespace per agent, joined with setns() (per "
-                "command for network='loopback')" if kernel.root
-                else "unshare(CLONE_NEWUSER|CLONE_NEWNET)",
+                "command for network='loopback')" if namespace_admin()
+                else "a network namespace per command, in its user namespace",
                 "private-proc": "a PID namespace per command and a fresh /proc in its own "
-                "mount namespace",
+                "mount namespace" + ("" if namespace_admin() else ", in a user namespace of "
+                                     "its own"),
             }[layer]
             layers[layer] = f"available: {detail}"
         else:

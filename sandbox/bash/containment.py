@@ -294,6 +294,29 @@ class PidNamespaceTree(Tree):
         return max(len(members) - 1, 0)
 
 
+class OwnPidNamespaceTree(Tree):
+    """The command's own PID namespace, made by the spawner as it forks the shell (a
+    confined run with a private /proc: `confinement.fork_in_pid_namespace`): the shell
+    is the namespace's first process, so when it dies, on its own or by our SIGKILL,
+    the kernel kills every other process in the namespace (`setsid`, double forks and
+    daemons included: none can leave it) before its exit status can be read. No
+    wrapper process and no privilege: an ordinary user gets it inside a user namespace
+    of the command's own. Reported as "pidns".
+    """
+
+    name = "pidns"
+
+    async def kill(self, main: MainProcess) -> int:
+        if main.has_exited():
+            # The namespace died with its first process: its exit status is readable
+            # only once every other member is gone. How many there were is not known.
+            return 0
+        members = _descendants(main.pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(main.pid, signal.SIGKILL)
+        return max(len(members) - 1, 0)
+
+
 class SubreaperTree(Tree):
     """A dedicated supervisor process (sandbox/bash/_subreaper.py) between us and bash.
 
@@ -610,10 +633,13 @@ def pids_cgroup_base(shell: str) -> CgroupBase | None:
     return None
 
 
-def open_tree(name: str, *, limit_processes: bool, shell: str) -> Tree:
+def open_tree(name: str, *, limit_processes: bool, shell: str,
+              own_pid_namespace: bool = False) -> Tree:  # fmt: skip
     """Create the containment for one run (its cgroups exist from here on: the caller
     must `aclose` the tree, also when the spawn fails). With `limit_processes`, a pids
-    cgroup is part of it when the machine has one (`Tree.limit_processes` sets it)."""
+    cgroup is part of it when the machine has one (`Tree.limit_processes` sets it).
+    own_pid_namespace (with name "pidns"): the spawner forks the shell into a PID
+    namespace of its own (a confined run with a private /proc), no `unshare` wrapper."""
     pids: RunCgroup | None = None
     if limit_processes:
         base = pids_cgroup_base(shell)
@@ -624,6 +650,8 @@ def open_tree(name: str, *, limit_processes: bool, shell: str) -> Tree:
             return Cgroup2Tree(_detected.bases["cgroup2"], pids)
         if name == "cgroup1-freezer":
             return FreezerTree(_detected.bases["cgroup1-freezer"], pids)
+        if name == "pidns" and own_pid_namespace:
+            return OwnPidNamespaceTree(pids)
         if name == "pidns":
             return PidNamespaceTree(_detected.unshare_prefix, pids)
         if name == "subreaper":

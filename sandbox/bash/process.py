@@ -497,7 +497,15 @@ async def run_bash(
         uid, gid = _unprivileged_identity(workdir)
     confined = confinement is not None and confinement.mode != "none"
     mechanism = choose(containment, shell)
-    if confined and mechanism == "pidns":
+    # A confined run with a private /proc is the first process of a PID namespace of its
+    # own (the spawner forks it so, in a user namespace of its own without CAP_SYS_ADMIN):
+    # the whole tree dies with it. Better than any mechanism but the cgroups (which also
+    # bound the run's processes and memory as a whole).
+    own_pidns = confined and containment in ("auto", "pidns") and mechanism in (
+        "pidns", "subreaper", "killpg") and detect_confinement().has("private-proc")  # fmt: skip
+    if own_pidns:
+        mechanism = "pidns"
+    elif confined and mechanism == "pidns":
         # `unshare --pid` needs the capabilities the confinement has dropped by then.
         if containment != "auto":
             raise ConfigurationError(
@@ -537,7 +545,7 @@ async def run_bash(
         # A run set up in the child (all of it, below, once it takes a reservation)
         # can take a run reserved ahead (its tree and TMPDIR), whose zygote has set
         # itself up for it already; not one that asked for its rlimits in a prologue.
-        reservable = tree is None and mechanism in _RESERVABLE and (
+        reservable = tree is None and (mechanism in _RESERVABLE or own_pidns) and (
             uid is not None or confined or rlimits_via == "preexec_fn")  # fmt: skip
         signature = (mechanism, shell, plan_request, workdir, uid, gid)
         if reservable:
@@ -573,7 +581,8 @@ async def run_bash(
                            "of the command's reach; it is the private TMPDIR instead"}  # fmt: skip
         setup = ChildSetup(rlimits=rlimits, uid=uid, gid=gid, confinement=plan_confinement)
         if tree is None:
-            tree = open_tree(mechanism, limit_processes=limited, shell=shell)
+            tree = open_tree(mechanism, limit_processes=limited, shell=shell,
+                             own_pid_namespace=own_pidns)  # fmt: skip
         argv, setup = tree.command([shell, "--norc", "--noprofile", "-c", command], setup)
         # Placement must precede an identity change, which a prologue running in the
         # unprivileged shell cannot do, and Landlock, after which the cgroup files are
@@ -666,6 +675,10 @@ async def run_bash(
         nproc = "pids-cgroup"
     elif uid is not None:
         nproc = f"setuid:{uid}"
+    elif own_pidns and plan_confinement is not None and plan_confinement.new_userns:
+        # RLIMIT_NPROC counts per user namespace and uid (Linux 5.14+ ucounts): in the
+        # command's own, it counts the command's processes only.
+        nproc = "rlimit-userns"
     elif os.geteuid() != 0:
         nproc = "rlimit"
     else:
@@ -808,7 +821,8 @@ def _reserve(signature: tuple[Any, ...], plan_request: ConfinementRequest | None
                     confinement, protections = plan(
                         plan_request, workspace=workdir, tmpdir=tmpdir,
                         drops_to_uid=uid is not None)  # fmt: skip
-                tree = open_tree(mechanism, limit_processes=True, shell=shell)
+                tree = open_tree(mechanism, limit_processes=True, shell=shell,
+                                 own_pid_namespace=mechanism == "pidns")  # fmt: skip
                 made.append(tree)
                 key = ChildSetup(cgroup_procs=tree.placement_files, uid=uid, gid=gid,
                                  confinement=confinement)  # fmt: skip
