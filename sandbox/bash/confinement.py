@@ -58,7 +58,7 @@ import stat
 import struct
 import subprocess
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -424,6 +424,9 @@ def plan(
     root = os.geteuid() == 0
     # Without CAP_SYS_ADMIN (an ordinary user; root in Docker), each command's
     # namespaces are made inside a user namespace of its own, mapping our uid to itself.
+    # So too for root of a rootless container (unless it drops to another uid, which
+    # that map lacks): RLIMIT_NPROC then counts the command's processes only (it counts
+    # per user namespace and uid since Linux 5.14).
     admin = namespace_admin()
     needed = ["landlock-fs", "landlock-scopes", "seccomp", "capabilities", "no-new-privs",
               "private-proc"]  # fmt: skip
@@ -471,7 +474,8 @@ def plan(
         no_new_privs=kernel.has("no-new-privs"),
         new_netns=use_netns,
         loopback_up=use_netns and request.network == "loopback",
-        new_userns=(use_netns or private_proc) and not admin,
+        new_userns=(use_netns or private_proc) and (
+            not admin or (not _can_setns_back() and not drops_to_uid)),
         private_proc=private_proc,
         hide_etc_secrets=hide_etc,
         euid=os.geteuid(),
@@ -530,13 +534,14 @@ def plan(
     elif use_netns:
         what = ("private, lo up" if request.network == "loopback"
                 else "empty (lo down)" + (", shared by the commands of this agent"
-                                          if admin else ""))  # fmt: skip
-        say("netns", True, what + (" in a user namespace of its own" if not admin else ""))
+                                          if _shared_netns(confinement) else ""))  # fmt: skip
+        say("netns", True, what + (" in a user namespace of its own"
+                                   if confinement.new_userns else ""))  # fmt: skip
     else:
         say("netns", False, kernel.missing["netns"])
     if private_proc:
         say("private-proc", True, "own PID, mount and IPC namespaces" + (
-            "" if admin else " in a user namespace of its own") + ", fresh /proc: no "
+            " in a user namespace of its own" if confinement.new_userns else "") + ", fresh /proc: no "
             "process outside the command's tree is visible, and the tree dies with its "
             "first process")  # fmt: skip
     else:
@@ -725,7 +730,10 @@ class _EtcSecrets:
             for path in (file, directory):
                 os.chmod(path, 0)
                 if os.geteuid() == 0:
-                    os.chown(path, 65534, 65534)
+                    # Not in a user namespace that does not map nobody (a rootless
+                    # container): then ours, which the read-only mount keeps at 000.
+                    with contextlib.suppress(OSError):
+                        os.chown(path, 65534, 65534)
             atexit.register(shutil.rmtree, root, ignore_errors=True)
             self.placeholders = (os.fsencode(root), os.fsencode(file), os.fsencode(directory))
         return self.placeholders
@@ -1173,7 +1181,7 @@ def namespace_admin() -> bool:
     return bool(caps >> _CAP_SYS_ADMIN & 1)
 
 
-def _initial_user_namespace() -> bool:
+def initial_user_namespace() -> bool:
     """Whether this process is in the machine's first user namespace (where the PID
     namespace it was born in is owned, so that `setns` back to it is allowed)."""
     try:
@@ -1214,7 +1222,7 @@ def fork_in_pid_namespace(c: Confinement) -> int:
     Raises OSError naming the step that failed (PidNamespaceLost: see there); never
     ends the calling process.
     """
-    if not c.new_userns and _initial_user_namespace() and namespace_admin():
+    if not c.new_userns and _can_setns_back():
         return _fork_with_setns_back()
     return _fork_through_intermediate(c)
 
@@ -1316,6 +1324,10 @@ def empty_network_namespace() -> int:
     can reach nothing through it (lo is down, so not even each other), and a root
     command cannot bring lo up (no CAP_NET_ADMIN). Needs CAP_SYS_ADMIN."""
     global _empty_net_ns
+    if not _can_setns_back():
+        # This thread could not come back (see _shared_netns): never try.
+        raise OSError(errno.EPERM, "an empty network namespace shared by setns needs "
+                      "CAP_SYS_ADMIN in the first user namespace")  # fmt: skip
     with _ns_lock:
         if _empty_net_ns < 0:
             own = _ns_fd("net")
@@ -1334,7 +1346,22 @@ def empty_network_namespace() -> int:
 
 
 def _shared_netns(c: Confinement) -> bool:
-    return c.new_netns and not c.new_userns and not c.loopback_up
+    """Whether the command joins the one empty network namespace of this process: made
+    by this thread, which then moves back with `setns`, which only root of the first
+    user namespace may do (root of a rootless container may not: our own namespace is
+    not its). Otherwise each command unshares its own."""
+    return (c.new_netns and not c.new_userns and not c.loopback_up
+            and _can_setns_back())  # fmt: skip
+
+
+_setns_back: bool | None = None
+
+
+def _can_setns_back() -> bool:
+    global _setns_back
+    if _setns_back is None:
+        _setns_back = initial_user_namespace() and namespace_admin()
+    return _setns_back
 
 
 _seccomp_cache: dict[bool, ctypes.Array[ctypes.c_char]] = {}
@@ -1606,11 +1633,11 @@ def describe_kernel() -> dict[str, object]:
                 else "unprivileged (none held)",
                 "no-new-privs": "prctl(PR_SET_NO_NEW_PRIVS)",
                 "netns": "one empty namespace per agent, joined with setns() (per "
-                "command for network='loopback')" if namespace_admin()
+                "command for network='loopback')" if _can_setns_back()
                 else "a network namespace per command, in its user namespace",
                 "private-proc": "a PID namespace per command and a fresh /proc in its own "
-                "mount namespace" + ("" if namespace_admin() else ", in a user namespace of "
-                                     "its own"),
+                "mount namespace" + ("" if _can_setns_back() else ", in a user namespace "
+                                     "of its own"),
             }[layer]
             layers[layer] = f"available: {detail}"
         else:

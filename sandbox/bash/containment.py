@@ -378,8 +378,11 @@ class SubreaperTree(Tree):
         await super().aclose()
 
 
-def _subreaper_argv(report_fd: int, setup: ChildSetup, cgroup_procs: Sequence[str]) -> list[str]:
-    """The supervisor's command line, up to and including "--" (see _subreaper.py)."""
+def _subreaper_argv(report_fd: int, setup: ChildSetup, cgroup_procs: Sequence[str],
+                    parent: int | None = None) -> list[str]:  # fmt: skip
+    """The supervisor's command line, up to and including "--" (see _subreaper.py).
+    parent: the process that starts it (it checks, and dies with it): the spawner by
+    default."""
     rlimits = ",".join(f"{res}={value}" for res, value in setup.rlimits) or "-"
     uid = "-" if setup.uid is None else str(setup.uid)
     gid = "-" if setup.gid is None else str(setup.gid)
@@ -390,7 +393,7 @@ def _subreaper_argv(report_fd: int, setup: ChildSetup, cgroup_procs: Sequence[st
         str(SUBREAPER_SCRIPT),
         str(report_fd),
         # Its parent: the spawner that forks it (it dies with that parent).
-        str(Spawner.shared().pid),
+        str(Spawner.shared().pid if parent is None else parent),
         uid,
         gid,
         rlimits,
@@ -556,7 +559,9 @@ def _probe_subreaper(shell: str) -> Availability:
         return Availability(False, "sys.executable is unknown: cannot start the supervisor")
     r, w = os.pipe()
     try:
-        argv = _subreaper_argv(w, ChildSetup(), ())
+        # Started by us here, not by the spawner: we are its parent. (It checks that
+        # its parent is the one named, which made this probe fail everywhere before.)
+        argv = _subreaper_argv(w, ChildSetup(), (), parent=os.getpid())
         try:
             done = subprocess.run(
                 [*argv, shell, "-c", "exit 0"],

@@ -49,7 +49,14 @@ import anyio
 
 from sandbox.bash.capture import BoundedCapture, drain_buffered, pump, set_pipe_size
 from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue, spawn_key
-from sandbox.bash.confinement import Confinement, ConfinementRequest, describe_kernel, plan
+from sandbox.bash.confinement import (
+    Confinement,
+    ConfinementRequest,
+    describe_kernel,
+    initial_user_namespace,
+    namespace_admin,
+    plan,
+)
 from sandbox.bash.confinement import detect as detect_confinement
 from sandbox.bash.containment import MECHANISMS, Tree, availability, choose, open_tree
 from sandbox.bash.spawner import STALE, SpawnedProcess, Spawner, SpawnerError, remove_tree
@@ -939,8 +946,11 @@ def detect_protections() -> dict[str, Any]:
 
     Probes each mechanism once per process (a few milliseconds; cached).
     """
-    root = os.geteuid() == 0
-    report: dict[str, Any] = {"running_as_root": root}
+    # Root of the machine: uid 0 of the first user namespace. Root of a rootless
+    # container is an ordinary uid to the kernel's RLIMIT_NPROC.
+    root = os.geteuid() == 0 and initial_user_namespace()
+    report: dict[str, Any] = {"running_as_root": os.geteuid() == 0,
+                              "in_user_namespace": not initial_user_namespace()}
     try:
         shell = find_bash()
     except ConfigurationError as e:
@@ -952,12 +962,28 @@ def detect_protections() -> dict[str, Any]:
         found = availability(name, shell)
         mechanisms[name] = {"available": found.available, "detail": found.detail}
     report["mechanisms"] = mechanisms
-    report["containment"] = choose("auto", shell)
+    unconfined = choose("auto", shell)
+    kernel = detect_confinement()
+    # What runs really use: a confined run (the default) with a private /proc is the
+    # first process of a PID namespace of its own, which beats all but the cgroups.
+    if unconfined in ("pidns", "subreaper", "killpg") and kernel.has("private-proc"):
+        report["containment"] = "pidns"
+        report["containment_detail"] = (
+            "confined runs: a PID namespace of the command's own, made by the spawner"
+            + ("" if namespace_admin() and initial_user_namespace()
+               else " in a user namespace of the command's own")
+            + f"; runs with confinement='none': {unconfined}")
+    else:
+        report["containment"] = unconfined
+        report["containment_detail"] = f"every run: {unconfined}"
     pids = availability("pids", shell)
     if pids.available:
         nproc = "pids-cgroup"
     elif root:
         nproc = "rlimit-only(ineffective as root)"
+    elif report["containment"] == "pidns" and (not namespace_admin() or os.geteuid() == 0):
+        # Each command in a user namespace of its own: RLIMIT_NPROC counts its own.
+        nproc = "rlimit-userns"
     else:
         nproc = "rlimit"
     report["max_child_processes"] = {
@@ -987,7 +1013,9 @@ def detect_protections() -> dict[str, Any]:
         "RLIMIT_FSIZE": raise_again if root else "enforced",
         "RLIMIT_NPROC": "ineffective for root (uid 0 is exempt even without capabilities)"
         if root
-        else "enforced per uid",
+        else "enforced, counting the command's own processes (its own user namespace)"
+        if nproc == "rlimit-userns"
+        else "enforced per uid (counts every process of this uid)",
         "RLIMIT_CORE": "0 whenever a limit is set",
     }
     confinement = describe_kernel()
