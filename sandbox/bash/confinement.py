@@ -215,6 +215,7 @@ def _forget_the_parents_locks() -> None:
     global _detect_lock, _rules_lock
     _detect_lock = threading.Lock()
     _rules_lock = threading.Lock()
+    _shared_fds._lock = threading.Lock()
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _libc.prctl.restype = ctypes.c_int
@@ -838,7 +839,8 @@ class _Rules:
         self.attr, handled_fs = _ruleset_attr(c)
         self.handled_fs = handled_fs
         self.rules: list[_PathBeneath] = []
-        self._fds: list[int] = []
+        self._fds: list[int] = []  # ours: the workspace and the policy's extra paths
+        self._shared: list[int] = []  # the system's, shared by every rule set
         self._stamps: list[tuple[str, tuple[int, int]]] = []
         self._absent: list[str] = []  # granted once they exist: the rules are rebuilt
         if handled_fs:
@@ -852,11 +854,16 @@ class _Rules:
                     for path in paths:
                         listing_only = path.endswith("/") and len(path) > 1
                         path = path.rstrip("/") if listing_only else path
-                        opened = _open_rule(path, _FS_READ_DIR if listing_only else rights)
+                        wanted = _FS_READ_DIR if listing_only else rights
+                        shared = _shared_path(path)
+                        if shared:
+                            opened = _shared_fds.take(path, wanted)
+                        else:
+                            opened = _open_rule(path, wanted)
                         if opened is None:
                             self._absent.append(path)
                         if opened is not None:
-                            self._fds.append(opened[0])
+                            (self._shared if shared else self._fds).append(opened[0])
                             self.rules.append(_PathBeneath(opened[1], opened[0]))
                             st = os.fstat(opened[0])
                             self._stamps.append((path, (st.st_dev, st.st_ino)))
@@ -902,7 +909,73 @@ class _Rules:
         for fd in self._fds:
             os.close(fd)
         self._fds.clear()
+        for fd in self._shared:
+            _shared_fds.release(fd)
+        self._shared.clear()
         self.rules.clear()
+
+
+def _shared_path(path: str) -> bool:
+    """A path every rule set grants alike: the system's directories, devices and /etc."""
+    return (path in SYSTEM_READ_PATHS or path in DEVICE_PATHS or path == ETC
+            or path.startswith(ETC + "/"))  # fmt: skip
+
+
+class _SharedFds:
+    """The O_PATH descriptors of the system paths, opened once per process and shared
+    by every cached rule set: per workspace only its own paths are opened. Without this
+    an agent with several workspaces held ~180 descriptors per workspace when /etc is
+    granted piece by piece (no private /proc), and the sixth workspace hit the default
+    limit of 1024 open files. A path replaced since (its device and inode differ) gets
+    a new descriptor; the old one is closed once no rule set uses it."""
+
+    def __init__(self) -> None:
+        self._current: dict[str, tuple[int, int]] = {}  # path -> (fd, rights)
+        self._refs: dict[int, int] = {}
+        self._superseded: set[int] = set()
+        self._lock = threading.Lock()
+
+    def take(self, path: str, rights: int) -> tuple[int, int] | None:
+        with self._lock:
+            known = self._current.get(path)
+            if known is not None:
+                fd = known[0]
+                try:
+                    st, now = os.fstat(fd), os.stat(path)
+                    same = (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
+                except OSError:
+                    same = False
+                if not same:
+                    del self._current[path]
+                    self._superseded.add(fd)
+                    self._close_if_unused(fd)
+                    known = None
+            if known is None:
+                opened = _open_rule(path, _read_rights() | _FS_WRITE_FILE | _FS_TRUNCATE)
+                if opened is None:
+                    return None
+                known = self._current[path] = opened
+            fd = known[0]
+            self._refs[fd] = self._refs.get(fd, 0) + 1
+            try:
+                is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+            except OSError:
+                is_dir = False
+            return fd, rights if is_dir else rights & _FILE_RIGHTS
+
+    def release(self, fd: int) -> None:
+        with self._lock:
+            self._refs[fd] = self._refs.get(fd, 1) - 1
+            self._close_if_unused(fd)
+
+    def _close_if_unused(self, fd: int) -> None:
+        if fd in self._superseded and self._refs.get(fd, 0) <= 0:
+            self._superseded.discard(fd)
+            self._refs.pop(fd, None)
+            os.close(fd)
+
+
+_shared_fds = _SharedFds()
 
 
 _SYS_ADD_RULE = ctypes.c_long(SYS_landlock_add_rule)

@@ -339,7 +339,11 @@ class SubreaperTree(Tree):
         self._report = b""
 
     def command(self, argv: list[str], setup: ChildSetup) -> tuple[list[str], ChildSetup]:
-        return [*_subreaper_argv(self._report_w, setup, self._placement()), *argv], ChildSetup()
+        # The supervisor runs confined (the shell it forks inherits every layer); its
+        # Python and its cgroup files are granted by the process layer. The placement,
+        # rlimits and identity it applies to its child itself.
+        return ([*_subreaper_argv(self._report_w, setup, self._placement()), *argv],
+                ChildSetup(confinement=setup.confinement))
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
