@@ -179,6 +179,9 @@ class Confinement:
     landlock_scopes: bool = False
     seccomp: bool = False
     deny_unix_sockets: bool = False
+    # IPv4, IPv6 and packet sockets fail (seccomp): network != "host" without a network
+    # namespace, where Landlock would stop TCP only (UDP to the host's ports got through).
+    deny_inet_sockets: bool = False
     drop_capabilities: bool = True
     no_new_privs: bool = True
     new_netns: bool = False
@@ -471,6 +474,7 @@ def plan(
         landlock_scopes=kernel.has("landlock-scopes"),
         seccomp=kernel.has("seccomp"),
         deny_unix_sockets=request.network != "host",
+        deny_inet_sockets=request.network != "host" and not use_netns,
         drop_capabilities=kernel.has("capabilities"),
         no_new_privs=kernel.has("no-new-privs"),
         new_netns=use_netns,
@@ -539,7 +543,9 @@ def plan(
         say("netns", True, what + (" in a user namespace of its own"
                                    if confinement.new_userns else ""))  # fmt: skip
     else:
-        say("netns", False, kernel.missing["netns"])
+        say("netns", False, kernel.missing["netns"] + (
+            "; instead, IPv4, IPv6 and packet sockets fail (seccomp)"
+            if confinement.seccomp and confinement.deny_inet_sockets else ""))
     if private_proc:
         say("private-proc", True, "own PID, mount and IPC namespaces" + (
             " in a user namespace of its own" if confinement.new_userns else "") + ", fresh /proc: no "
@@ -1084,6 +1090,7 @@ _SYS_FCNTL, _F_SETLEASE = 72, 1024  # a lease on a host file stalls the host's w
 _F_NOTIFY = 1026  # dnotify: inotify's older form
 _SOCK_TYPE_MASK, _SOCK_STREAM = 0xF, 1
 _AF_UNIX = 1
+_AF_INET, _AF_INET6, _AF_PACKET = 2, 10, 17
 _AF_NETLINK = 16
 _NETLINK_USERSOCK = 2
 # clone() flags that create namespaces; clone3 passes its flags in memory that a filter
@@ -1098,7 +1105,8 @@ _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
 
 
-def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
+def seccomp_program(*, deny_unix_sockets: bool = False, deny_inet_sockets: bool = False
+                    ) -> bytes:  # fmt: skip
     """The BPF filter, as struct sock_filter[] bytes (x86_64).
 
     deny_unix_sockets: `socket(AF_UNIX, ...)` fails too. Landlock does not govern
@@ -1124,8 +1132,9 @@ def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
         (_BPF_JEQ, "fcntl", 0, _SYS_FCNTL),
         *[(_BPF_JEQ, f"mode{arg}", 0, nr) for nr, arg in _SYS_MODE_ARG.items()],
     ]
-    if deny_unix_sockets:
+    if deny_unix_sockets or deny_inet_sockets:
         prog.append((_BPF_JEQ, "socket", 0, _SYS_SOCKET))
+    if deny_unix_sockets:
         prog.append((_BPF_JEQ, "socketpair", 0, _SYS_SOCKETPAIR))
     prog += [(_BPF_JEQ, "deny", 0, nr) for nr in sorted(DENIED_SYSCALLS.values())]
     prog.append((_BPF_JEQ, "allow", "allow", 0))  # jump over the argument checks
@@ -1153,9 +1162,11 @@ def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
             (_BPF_JSET, "deny", "allow", _S_ISUID_ISGID),
         ]
     labels["socket"] = len(prog)
+    prog += [(_BPF_LD_W_ABS, 0, 0, 16)]  # args[0]: the address family
+    if deny_inet_sockets:
+        prog += [(_BPF_JEQ, "deny", 0, family) for family in (_AF_INET, _AF_INET6, _AF_PACKET)]
     prog += [
-        (_BPF_LD_W_ABS, 0, 0, 16),  # args[0]: the address family
-        (_BPF_JEQ, "deny", 0, _AF_UNIX),
+        (_BPF_JEQ, "deny" if deny_unix_sockets else "allow", 0, _AF_UNIX),
         (_BPF_JEQ, "deny", 0, _AF_VSOCK),
         (_BPF_JEQ, 0, "allow", _AF_NETLINK),
         (_BPF_LD_W_ABS, 0, 0, 32),  # args[2]: the protocol
@@ -1359,8 +1370,9 @@ def _fork_through_intermediate(c: Confinement) -> int:
                     os.close(fd)
             pid = os.fork()
         except BaseException as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             with contextlib.suppress(BaseException):
-                os.write(report_w, f"E{e}".encode()[:4000])
+                os.write(report_w, f"E{why}".encode()[:4000])
             os._exit(1)
         if pid == 0:
             # The command's first process: once the intermediate is gone (and so we
@@ -1387,7 +1399,7 @@ def _fork_through_intermediate(c: Confinement) -> int:
     said = b"".join(chunks).decode("utf-8", "replace")
     if said.startswith("P") and said[1:].isdigit():
         return int(said[1:])
-    raise OSError(errno.EPERM, said[1:] or "the intermediate process died")
+    raise OSError(errno.EPERM, said[1:] or "the process making the namespaces died")
 
 
 def empty_network_namespace() -> int:
@@ -1437,7 +1449,7 @@ def _can_setns_back() -> bool:
     return _setns_back
 
 
-_seccomp_cache: dict[bool, ctypes.Array[ctypes.c_char]] = {}
+_seccomp_cache: dict[tuple[bool, bool], ctypes.Array[ctypes.c_char]] = {}
 
 
 class Prepared:
@@ -1459,10 +1471,12 @@ class Prepared:
             self._rules = _cached_rules(c)
             self._ruleset = self._rules.ruleset(c.private_paths)
         try:
-            bpf = _seccomp_cache.get(c.deny_unix_sockets) if c.seccomp else None
+            which = (c.deny_unix_sockets, c.deny_inet_sockets)
+            bpf = _seccomp_cache.get(which) if c.seccomp else None
             if c.seccomp and bpf is None:
-                program = seccomp_program(deny_unix_sockets=c.deny_unix_sockets)
-                bpf = _seccomp_cache[c.deny_unix_sockets] = ctypes.create_string_buffer(
+                program = seccomp_program(deny_unix_sockets=c.deny_unix_sockets,
+                                          deny_inet_sockets=c.deny_inet_sockets)  # fmt: skip
+                bpf = _seccomp_cache[which] = ctypes.create_string_buffer(
                     program, len(program))
             self._bpf = bpf
             self._fprog = _SockFprog(len(bpf) // 8 if bpf is not None else 0,
