@@ -83,3 +83,11 @@ def test_doctor_names_the_mechanism_runs_use(results: dict[str, dict[str, Any]],
     report = results[env]
     used = report["layers"]["process-tree"].split(": ", 1)[1].split(" ")[0]
     assert report["doctor"] == used
+
+
+@pytest.mark.parametrize("env", [e.name for e in matrix.ENVIRONMENTS])
+def test_at_most_16_descriptors_per_workspace(results: dict[str, dict[str, Any]],
+                                              env: str) -> None:  # fmt: skip
+    # Agent and spawner together, each workspace with its reserved runs (~185 per
+    # workspace unprivileged before: the sixth workspace hit "Too many open files").
+    assert results[env]["fds_per_workspace"] <= 16, results[env]["fds_per_workspace"]

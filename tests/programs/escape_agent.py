@@ -159,6 +159,43 @@ async def main() -> None:
                 os.kill(pid, signal.SIGKILL)
         note(name, survived == 0, f"{survived} of {repetitions} survived")
 
+    # max_child_processes counts the command's processes only: 30 other processes of
+    # ours run meanwhile, and a command limited to 20 still forks 5; 40 it cannot.
+    others = [subprocess.Popen(["sleep", "120"]) for _ in range(30)]
+    try:
+        limited = ExecuteBashTool(workspace=ws, policy=BashToolPolicy(
+            timeout_seconds=10, max_child_processes=20))  # (limits are read at init)
+        r = await limited.run_async(args={"command": "for i in 1 2 3 4 5; do sleep 0.3 & done; "
+                                       "wait; echo forked"}, tool_context=ctx())  # fmt: skip
+        enforcement = (r.get("containment") or {}).get("max-child-processes", "")
+        note("nproc-counts-own-only", "forked" in r.get("stdout", ""),
+             f"{enforcement}; {r.get('stderr', '')[:200]}")
+        r = await limited.run_async(args={"command": "for i in $(seq 40); do sleep 1 & done "
+                                       "2>&1 | grep -c fork; wait"}, tool_context=ctx())  # fmt: skip
+        failed = int((r.get("stdout") or "0").split()[0] or 0)
+        note("nproc-bounds-command", failed > 0, f"{enforcement}; {failed} forks refused")
+    finally:
+        for other in others:
+            other.kill()
+            other.wait()
+
+    # Descriptors the agent and its spawner hold per workspace (each reserves runs).
+    from sandbox.bash.spawner import Spawner
+
+    def held() -> int:
+        spawner = Spawner.shared().pid
+        return len(os.listdir("/proc/self/fd")) + len(os.listdir(f"/proc/{spawner}/fd"))
+
+    before = held()
+    extra = 6
+    for _ in range(extra):
+        other_ws = Path(tempfile.mkdtemp(prefix="sandbox-matrix-ws-"))
+        r = await ExecuteBashTool(workspace=other_ws, policy=BashToolPolicy()).run_async(
+            args={"command": "true"}, tool_context=ctx())
+        assert "error" not in r, r
+        await asyncio.sleep(0.2)  # its reservation made
+    per_workspace = (held() - before) / extra
+
     # confinement="required": runs, or refuses naming every missing layer; never ends us.
     strict = ExecuteBashTool(workspace=ws, policy=BashToolPolicy(confinement="required"))
     done = await strict.run_async(args={"command": "echo ran"}, tool_context=ctx())
@@ -169,7 +206,8 @@ async def main() -> None:
     victim.kill()
     victim.wait()
     print(json.dumps({"uid": os.geteuid(), "layers": layers, "probes": probes,
-                      "required": str(required), "doctor": doctor.get("containment")}))
+                      "required": str(required), "doctor": doctor.get("containment"),
+                      "fds_per_workspace": per_workspace}))
 
 
 if __name__ == "__main__":
