@@ -75,7 +75,7 @@ PROTECTED_BY: dict[str, tuple[str, ...]] = {
     "survivor-double-fork": ("whole-tree",),
     "survivor-daemon-nohup": ("whole-tree",),
     "nproc-counts-own-only": ("own-nproc",),
-    "nproc-bounds-command": ("any-nproc",),
+    "nproc-bounds-command": ("own-nproc",),
 }
 WHOLE_TREE = ("cgroup2", "cgroup1-freezer", "pidns", "subreaper")
 
@@ -191,12 +191,11 @@ def active(report: dict[str, Any], layer: str) -> bool:
     if layer == "whole-tree":
         tree = layers.get("process-tree", "")
         return any(tree.startswith(f"active: {m}") for m in WHOLE_TREE)
-    if layer in ("own-nproc", "any-nproc"):
-        # pids cgroup, or RLIMIT_NPROC in the command's own user namespace; any: also
-        # RLIMIT_NPROC per uid (it bounds, counting the user's other processes too).
+    if layer == "own-nproc":
+        # A pids cgroup, or RLIMIT_NPROC in the command's own user namespace (per uid
+        # it counts the user's other processes too: with 30 running, none could fork).
         how = str(layers.get("max-child-processes", ""))
-        own = "pids-cgroup" in how or "rlimit-userns" in how
-        return own or (layer == "any-nproc" and how.startswith("active"))
+        return "pids-cgroup" in how or "rlimit-userns" in how
     if layer == "not-host-root":
         return report.get("uid") != 0 or report.get("env") in ("user-in-userns",)
     return str(layers.get(layer, "")).startswith("active")

@@ -168,6 +168,7 @@ async def main() -> None:
         r = await limited.run_async(args={"command": "for i in 1 2 3 4 5; do sleep 0.3 & done; "
                                        "wait; echo forked"}, tool_context=ctx())  # fmt: skip
         enforcement = (r.get("containment") or {}).get("max-child-processes", "")
+        layers["max-child-processes"] = enforcement
         note("nproc-counts-own-only", "forked" in r.get("stdout", ""),
              f"{enforcement}; {r.get('stderr', '')[:200]}")
         r = await limited.run_async(args={"command": "for i in $(seq 40); do sleep 1 & done "
