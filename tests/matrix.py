@@ -38,6 +38,7 @@ class Environment:
     userns: bool = False  # ... inside `unshare --user --map-root-user`
     restricted: str = ""  # a seccomp filter (restricted.py MODE)
     drop_sys_admin: bool = False
+    delegated_cgroup: bool = False  # started in a cgroup v2 owned by the user
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -46,6 +47,8 @@ ENVIRONMENTS = (
     Environment("user", "an ordinary user", unprivileged=True),
     Environment("user-in-userns", "an ordinary user inside `unshare --user --map-root-user` "
                 "(rootless Podman)", unprivileged=True, userns=True),
+    Environment("user-delegated-cgroup", "an ordinary user in a cgroup delegated to it "
+                "(a systemd user slice)", unprivileged=True, delegated_cgroup=True),
     Environment("root-docker-seccomp", "root without CAP_SYS_ADMIN, seccomp denying "
                 "unshare/setns/mount/clone with namespace flags (Docker's default)",
                 restricted="docker", drop_sys_admin=True),
@@ -161,18 +164,56 @@ def argv_for(env: Environment, user: str, repetitions: int) -> list[str]:
         argv = ["setpriv", "--reuid", user, "--regid", user, "--clear-groups", *argv]
     if env.drop_sys_admin:
         argv = ["setpriv", "--bounding-set", "-sys_admin", *argv]
+    if env.delegated_cgroup:
+        argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"',
+                str(delegated_cgroup(user)), *argv]
     return argv
+
+
+def _cgroup2_root() -> Path | None:
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if fields[fields.index("-") + 1] == "cgroup2":
+            return Path(fields[4])
+    return None
+
+
+def delegated_cgroup(user: str) -> Path:
+    """A cgroup v2 directory owned by `user` (as systemd delegates user@UID.service)."""
+    root = _cgroup2_root()
+    assert root is not None
+    path = root / f"sandbox-matrix-{user}"
+    path.mkdir(exist_ok=True)
+    import pwd
+
+    entry = pwd.getpwnam(user)
+    for item in [path, *path.iterdir()]:
+        os.chown(item, entry.pw_uid, entry.pw_gid)
+    return path
+
+
+def _remove_cgroup(path: Path) -> None:
+    """Bottom up; empty by now (the agent and everything under it exited)."""
+    if not path.is_dir():
+        return
+    for child in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        with contextlib.suppress(OSError):
+            child.rmdir()
+    with contextlib.suppress(OSError):
+        path.rmdir()
 
 
 def run(repetitions: int = 20, timeout: float = 600) -> dict[str, dict[str, Any]]:
     """Every environment at once; per environment the agent's report (or its
     failure: "returncode" and "stderr")."""
     results: dict[str, dict[str, Any]] = {}
+    environments = [env for env in ENVIRONMENTS
+                    if not env.delegated_cgroup or _cgroup2_root() is not None]  # fmt: skip
     with throwaway_user() as user:
         running = {env.name: subprocess.Popen(
             argv_for(env, user, repetitions), cwd="/tmp", stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for env in ENVIRONMENTS}  # fmt: skip
+            for env in environments}  # fmt: skip
         for name, proc in running.items():
             try:
                 out, err = proc.communicate(timeout=timeout)
@@ -180,9 +221,12 @@ def run(repetitions: int = 20, timeout: float = 600) -> dict[str, dict[str, Any]
                 proc.kill()
                 out, err = proc.communicate()
             report: dict[str, Any] = {"returncode": proc.returncode, "stderr": err[-4000:]}
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, IndexError):
                 report.update(json.loads(out.strip().splitlines()[-1]))
             results[name] = report
+        root = _cgroup2_root()
+        if root is not None:
+            _remove_cgroup(root / f"sandbox-matrix-{user}")
     return results
 
 

@@ -682,7 +682,8 @@ async def run_bash(
         nproc = "pids-cgroup"
     elif uid is not None:
         nproc = f"setuid:{uid}"
-    elif own_pidns and plan_confinement is not None and plan_confinement.new_userns:
+    elif (plan_confinement is not None and plan_confinement.new_userns
+          and plan_confinement.private_proc):  # fmt: skip
         # RLIMIT_NPROC counts per user namespace and uid (Linux 5.14+ ucounts): in the
         # command's own, it counts the command's processes only.
         nproc = "rlimit-userns"
@@ -981,7 +982,7 @@ def detect_protections() -> dict[str, Any]:
         nproc = "pids-cgroup"
     elif root:
         nproc = "rlimit-only(ineffective as root)"
-    elif report["containment"] == "pidns" and (not namespace_admin() or os.geteuid() == 0):
+    elif kernel.has("private-proc") and not (namespace_admin() and initial_user_namespace()):
         # Each command in a user namespace of its own: RLIMIT_NPROC counts its own.
         nproc = "rlimit-userns"
     else:
