@@ -247,6 +247,14 @@ def _landlock_abi() -> tuple[int, str]:
     return int(abi), ""
 
 
+def _why(e: BaseException) -> str:
+    """An OSError raised as OSError(errno, "the step") as "the step: the error"."""
+    if isinstance(e, OSError) and e.errno and e.strerror:
+        text = os.strerror(e.errno)
+        return e.strerror if e.strerror.endswith(text) else f"{e.strerror}: {text}"
+    return str(e)
+
+
 def _probe(fn_name: str, confinement: Confinement) -> str:
     """Run /bin/true with `confinement` applied; '' if it worked, else why not."""
     true = "/bin/true" if os.path.exists("/bin/true") else "/usr/bin/true"
@@ -254,17 +262,33 @@ def _probe(fn_name: str, confinement: Confinement) -> str:
         prepared = prepare(confinement)
     except OSError as e:
         return f"{fn_name}: {e.strerror or e}"
+    # The reason, from the child (CPython reports any preexec_fn failure as
+    # "Exception occurred in preexec_fn.").
+    why_r, why_w = os.pipe2(os.O_CLOEXEC)
+
+    def apply() -> None:
+        try:
+            prepared.apply()
+        except OSError as e:
+            os.write(why_w, _why(e).encode()[:2000])
+            raise
+
     try:
         done = subprocess.run(
-            [true], preexec_fn=prepared.apply, stdin=subprocess.DEVNULL,
+            [true], preexec_fn=apply, stdin=subprocess.DEVNULL,
             capture_output=True, timeout=10, check=False,
         )
     except subprocess.SubprocessError as e:
-        return f"{fn_name} failed in a test child: {e}"
+        os.close(why_w)
+        why = os.read(why_r, 2000).decode("utf-8", "replace")
+        return f"{fn_name}: {why}" if why else f"{fn_name} failed in a test child: {e}"
     except OSError as e:
         return f"{fn_name} failed in a test child: {e.strerror or e}"
     finally:
         prepared.close()
+        with contextlib.suppress(OSError):
+            os.close(why_w)
+        os.close(why_r)
     if done.returncode != 0:
         return f"{fn_name}: a test child exited with status {done.returncode}"
     return ""
@@ -302,13 +326,13 @@ def _probe_private_proc(c: Confinement) -> str:
                     os._exit(0)
                 except BaseException as e:
                     with contextlib.suppress(BaseException):
-                        os.write(report_w, f"{e}".encode()[:2000])
+                        os.write(report_w, _why(e).encode()[:2000])
                     os._exit(1)
             _, wait_status = os.waitpid(first, 0)
             status = 0 if wait_status == 0 else 1
         except BaseException as e:
             with contextlib.suppress(BaseException):
-                os.write(report_w, f"{e}".encode()[:2000])
+                os.write(report_w, _why(e).encode()[:2000])
         os._exit(status)
     os.close(report_w)
     prepared.close()
