@@ -988,7 +988,8 @@ def detect_protections() -> dict[str, Any]:
     else:
         nproc = "rlimit"
     report["max_child_processes"] = {
-        "enforcement": nproc,
+        "enforcement": nproc,  # confined runs (the default)
+        "enforcement_unconfined": nproc if nproc != "rlimit-userns" else "rlimit",
         "pids_cgroup": {"available": pids.available, "detail": pids.detail},
         "with_drop_privileges": "pids-cgroup" if pids.available else "setuid:<uid>",
     }
