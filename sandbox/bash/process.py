@@ -387,6 +387,19 @@ def _usable_by(path: Path, uid: int, gid: int, need_write: bool) -> bool:
     return st.st_mode & bits == bits
 
 
+def _mapped(kind: str, value: int) -> bool:
+    """Whether `value` is a uid ("uid") or gid ("gid") of this user namespace."""
+    try:
+        with open(f"/proc/self/{kind}_map") as f:
+            for line in f:
+                inside, _outside, count = (int(x) for x in line.split())
+                if inside <= value < inside + count:
+                    return True
+    except (OSError, ValueError):
+        return True  # no user namespaces: every id exists
+    return False
+
+
 def _unprivileged_identity(cwd: str) -> tuple[int, int]:
     """The uid/gid a dropped command runs as: the workspace owner if that is not root
     (so the workspace stays writable), else nobody (then the workspace must be
@@ -404,6 +417,14 @@ def _unprivileged_identity(cwd: str) -> tuple[int, int]:
             uid, gid = entry.pw_uid, entry.pw_gid
         except KeyError:
             uid, gid = NOBODY, NOBODY
+    for kind, value in (("uid", uid), ("gid", gid)):
+        if not _mapped(kind, value):
+            raise ConfigurationError(
+                f"drop_privileges: {kind} {value} does not exist in this user namespace (a "
+                "rootless container that maps only its own ids): root here is an ordinary "
+                "user of the host already; pass drop_privileges=False, or map more ids "
+                "(/etc/subuid, /etc/subgid)"
+            )
     workspace = Path(cwd).resolve()
     for directory in workspace.parents:
         if not _usable_by(directory, uid, gid, need_write=False):

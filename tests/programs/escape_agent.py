@@ -197,6 +197,14 @@ async def main() -> None:
         await asyncio.sleep(0.2)  # its reservation made
     per_workspace = (held() - before) / extra
 
+    # A workspace every user may write (what `sandbox run` in /tmp sees): root drops to
+    # nobody by default, which a rootless container's namespace may not map.
+    shared_ws = Path(tempfile.mkdtemp(prefix="sandbox-matrix-shared-"))
+    shared_ws.chmod(0o777)
+    r = await ExecuteBashTool(workspace=shared_ws, policy=BashToolPolicy()).run_async(
+        args={"command": "id -u"}, tool_context=ctx())
+    shared_workspace_run = r.get("error") or f"ran as uid {r.get('stdout', '').strip()}"
+
     # confinement="required": runs, or refuses naming every missing layer; never ends us.
     strict = ExecuteBashTool(workspace=ws, policy=BashToolPolicy(confinement="required"))
     done = await strict.run_async(args={"command": "echo ran"}, tool_context=ctx())
@@ -208,7 +216,8 @@ async def main() -> None:
     victim.wait()
     print(json.dumps({"uid": os.geteuid(), "layers": layers, "probes": probes,
                       "required": str(required), "doctor": doctor.get("containment"),
-                      "fds_per_workspace": per_workspace}))
+                      "fds_per_workspace": per_workspace,
+                      "shared_workspace_run": shared_workspace_run}))
 
 
 if __name__ == "__main__":
