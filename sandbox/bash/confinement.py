@@ -215,9 +215,10 @@ _detect_lock = threading.Lock()
 def _forget_the_parents_locks() -> None:
     """In a child forked while another thread held one of these (its first command's
     probes): the child would wait for it forever."""
-    global _detect_lock, _rules_lock
+    global _detect_lock, _rules_lock, _ns_lock
     _detect_lock = threading.Lock()
     _rules_lock = threading.Lock()
+    _ns_lock = threading.Lock()
     _shared_fds._lock = threading.Lock()
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
