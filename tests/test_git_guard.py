@@ -264,9 +264,54 @@ def test_the_guard_is_first_on_path_and_reachable_by_every_user() -> None:
 
 def test_the_guard_refuses_help_which_starts_a_manual_page_viewer(tmp_path: Path) -> None:
     env = guarded_env({**PLAIN, "HOME": str(tmp_path)})
-    for command in ("git log --help", "git help log", "git -c core.pager=x log"):
+    for command in ("git log --help", "git help log", "git -c core.pager=x log",
+                    "git grep -Ox a", "git grep --open-files-in-pager=x a", "git difftool",
+                    "git mergetool", "git --exec-path=. log", "git --config-env=core.pager=X log"):
         proc = subprocess.run(["bash", "--norc", "--noprofile", "-c", command], cwd=tmp_path,
                               env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=30)
         assert proc.returncode == 129, (command, proc)
         assert "sandbox git guard" in proc.stderr
+
+
+def test_a_submodule_config_runs_nothing_either(tmp_path: Path) -> None:
+    """git runs a `git status` of its own in each submodule, which reads that
+    submodule's config (here a clean filter and a textconv): the child git passes
+    through the guard too (GIT_EXEC_PATH is a shadow whose git is the guard)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**PLAIN, "HOME": str(home)}
+    marker = tmp_path / "planted-ran"
+    plant = tmp_path / "plant.sh"
+    plant.write_text(f"#!/bin/sh\necho ran >> {marker}\ncat\n")
+    plant.chmod(0o755)
+    sub, sup = tmp_path / "sub", tmp_path / "sup"
+    sub.mkdir()
+    (sub / "a.txt").write_text("a\n")
+    (sub / ".gitattributes").write_text("* filter=evil diff=evil\n")
+    who = ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "protocol.file.allow=always"]
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], [*who, "commit", "-qm", "s"]):
+        subprocess.run(["git", *args], cwd=sub, env=env, check=True)
+    sup.mkdir()
+    for args in (["init", "-q", "-b", "main"], [*who, "submodule", "-q", "add", str(sub), "sub"],
+                 [*who, "commit", "-qm", "sup"]):
+        subprocess.run(["git", *args], cwd=sup, env=env, check=True, capture_output=True)
+    inner = sup / "sub"
+    for key in ("filter.evil.clean", "diff.evil.textconv"):
+        subprocess.run(["git", "config", key, str(plant)], cwd=inner, env=env, check=True)
+    (inner / "a.txt").write_text("b\n")  # same size: git must run the filter to compare
+    os.utime(inner / "a.txt", (946684800, 946684800))  # stat data differs: git must clean it
+    # .gitmodules may ask for the submodule to be looked into whatever the config says
+    (sup / ".gitmodules").write_text(
+        (sup / ".gitmodules").read_text() + "\tignore = none\n")
+    commands = ("git status", "git diff", "git diff --submodule=diff",
+                "git status --ignore-submodules=none", "git -C sub diff", "cd sub && git log -p")
+    for command in commands:
+        os.utime(inner / "a.txt", (946684800, 946684800))  # work to do, every time
+        proc = subprocess.run(["bash", "--norc", "--noprofile", "-c", command], cwd=sup,
+                              env=guarded_env(env), capture_output=True, text=True, timeout=60)
+        assert not marker.exists(), (command, proc.stdout, proc.stderr)
+    # the control: plain git runs the submodule's filter from the superproject
+    os.utime(inner / "a.txt", (946684800, 946684800))
+    subprocess.run(["git", "status"], cwd=sup, env=env, capture_output=True, timeout=60)
+    assert marker.exists()

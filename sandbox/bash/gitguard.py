@@ -26,9 +26,10 @@ needed only because the driver names are known at run time alone.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
-import stat
+import subprocess
 import tempfile
 from collections.abc import Mapping
 from functools import cache
@@ -42,31 +43,43 @@ _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 @cache
 def guard_dir() -> str:
-    """The directory holding the guard, readable and executable by every user.
+    """A directory of this process's own holding the guard (made once, mode 0755).
 
-    A command that runs as another user (root dropping to an unprivileged one) and
-    cannot reach the package's copy would not fail: bash would skip it on PATH and
-    run the real git unguarded. So when the package's directory is not reachable by
-    every user (installed under a private home), the script is copied once into a
-    new directory of this process's own (mode 0755, its files not writable by others).
+    It holds ``git`` (the script) and ``exec/``, a shadow of the real git's exec path
+    (every helper a symlink to the real one, but ``git`` the guard), which the guard
+    hands to git as GIT_EXEC_PATH: git runs its child gits by name from there (the
+    ``git status`` it runs in each submodule, with that submodule's own config), so
+    they pass through the guard too. ``real-git`` names the git the shadow is of; the
+    guard uses the shadow only for that git.
+
+    Not the package's own directory: a command that runs as another user (root
+    dropping to an unprivileged one) and cannot reach a file there would not fail,
+    bash would skip it on PATH and run the real git unguarded.
     """
-    script = GUARD_DIR / "git"
-    if _world_executable(script):
-        return os.fspath(GUARD_DIR)
-    copy = Path(tempfile.mkdtemp(prefix="sandbox-git-guard-"))
-    shutil.copyfile(script, copy / "git")
-    (copy / "git").chmod(0o755)
-    copy.chmod(0o755)
-    return os.fspath(copy)
-
-
-def _world_executable(path: Path) -> bool:
-    try:
-        if stat.S_IMODE(path.stat().st_mode) & 0o005 != 0o005:
-            return False
-        return all(stat.S_IMODE(p.stat().st_mode) & 0o001 for p in path.parents)
-    except OSError:
-        return False
+    root = Path(tempfile.mkdtemp(prefix="sandbox-git-guard-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    script = root / "git"
+    shutil.copyfile(GUARD_DIR / "git", script)
+    script.chmod(0o755)
+    real = shutil.which("git")
+    exec_path = None
+    if real is not None:
+        try:
+            exec_path = subprocess.run(
+                [real, "--exec-path"], capture_output=True, text=True, timeout=10,
+                env={"PATH": os.environ.get("PATH", _DEFAULT_PATH)}, check=True,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            exec_path = None
+    if real is not None and exec_path and os.path.isdir(exec_path):
+        shadow = root / "exec"
+        shadow.mkdir()
+        for name in os.listdir(exec_path):
+            (shadow / name).symlink_to(script if name == "git" else Path(exec_path) / name)
+        shadow.chmod(0o755)
+        (root / "real-git").write_text(os.path.realpath(real) + "\n")
+    root.chmod(0o755)
+    return os.fspath(root)
 
 
 def guarded_env(env: Mapping[str, str]) -> dict[str, str]:
