@@ -30,7 +30,8 @@ parse is the one ``bash -c`` would make; each case's stubs log under its own
 of real programs under the shipped policies (readonly, git-readonly, python-dev) with
 the options that make them start another program (pytest ``-p``, ``--tx``, ``-d``,
 ``-c``, ``--pdbcls``, ``-W``; git ``--ext-diff``, ``--textconv``, ``--show-signature``,
-``-c``, ``-O``, ``--help``; file ``-z``) beside their ordinary ones, run in a
+``-c``, ``-O``, ``--help``; file ``-z``; sort ``--compress-program``, rg ``--pre``,
+find ``-exec``, awk ``system()``, sed ``e``) beside their ordinary ones, run in a
 repository whose configuration points every route at a recorder stub (textconv,
 external diff, clean/smudge/process filters, merge drivers, fsmonitor, hooks, pager,
 editor, credential helper, ssh and askpass commands, signing programs, ``!``
@@ -280,7 +281,7 @@ RUNNER_POLICIES = ("readonly", "git-readonly", "python-dev")
 # what a planted route or a program-running option names: recorder stubs on PATH
 RUNNER_STUBS = ("x", "y", "id", "touch", "gpg", "gpgsm", "ssh-keygen", "ssh", "man", "less",
                 "more", "gzip", "bzip2", "xz", "zstd", "lzip", "lz4", "lrzip", "uncompress",
-                "brotli", "compress", "git-remote-x")
+                "brotli", "compress", "git-remote-x", "pr")
 _GIT_SUBS = ("status", "log", "diff", "show", "blame f.txt", "grep -n a", "stash list",
              "ls-files", "cat-file -p HEAD:f.txt", "log -p", "diff HEAD", "show HEAD",
              "status -v", "diff --cached", "log -p -1 --stat")
@@ -305,6 +306,13 @@ _PYTEST_RUNNERS = ("-p plug", "-pplug", "-vpplug", "--tx popen//python=x",
                    "--trace", "--debug=x.log", "--junit-xml=x.xml")
 _FILE_OPTS = ("-z", "-Z", "--uncompress", "--uncompress-noreport", "-bz", "-zb", "-k", "-b",
               "--mime-type", "-i", "-L", "-s", "--mime", "-S", "--no-sandbox", "-P bytes=9")
+# other programs of the shipped policies with an option that starts a program
+_MISC = ("sort --compress-program=x f.txt", "sort -S 1 --compress-program x f.txt",
+         "sort --compress-prog=x f.txt", "rg --pre x a", "rg --pre=x a", "rg -z a", "rg --pre-glob '*' --pre x a",
+         "find . -exec x ';'", "find . -execdir x {} +", "find . -ok x ';'", "diff --paginate f.txt g.txt",
+         "diff -l f.txt g.txt", "awk 'BEGIN{system(\"x\")}'", "awk 'BEGIN{print | \"x\"}'",
+         "sed -n '1e x' f.txt", "sed 's/a/x/e' f.txt", "tree --fromfile x", "grep -r a .",
+         "python3 -c 'import os; os.system(\"x\")'", "tail -n 1 f.txt", "ls -l", "cat f.txt")
 _FILE_OPERANDS = ("s.sh", "x.gz", "x.Z", "x.bz2", "x.xz", "x.zst", "x.lz", "f.txt")
 
 
@@ -326,9 +334,11 @@ def runner_case(rng: random.Random) -> tuple[str, str]:
         glob = _GIT_GLOBALS[rng.randrange(len(_GIT_GLOBALS))]
         words = some(_GIT_OPTS, _GIT_RUNNERS, rng.randrange(3))
         return policy, f"{lead}git {glob}{sub} {' '.join(words)}".rstrip()
-    if r < 0.85:
+    if r < 0.80:
         words = some(_PYTEST_OPTS, _PYTEST_RUNNERS, rng.randrange(1, 4))
         return policy, "pytest " + " ".join(words)
+    if r < 0.90:
+        return policy, _MISC[rng.randrange(len(_MISC))]
     words = some(_FILE_OPERANDS, _FILE_OPTS, rng.randrange(1, 3))
     return policy, "file " + " ".join(words) + " " + _FILE_OPERANDS[rng.randrange(len(_FILE_OPERANDS))]
 
