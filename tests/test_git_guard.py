@@ -90,6 +90,7 @@ def _hostile_repository(root: Path, plant: Path, *, bare_inside: bool = True) ->
     _git(ws, "config", "filter.evil.process", str(plant), home=home)
     _git(ws, "config", "filter.evil.required", "true", home=home)
     _git(ws, "config", "alias.st", f"!{plant}", home=home)
+    _git(ws, "config", "trailer.evil.command", str(plant), home=home)
     included = ws / "tools" / "included.cfg"
     included.write_text(f"[diff \"inc\"]\n\ttextconv = {plant}\n[filter \"inc\"]\n"
                         f"\tclean = {plant}\n\tsmudge = {plant}\n[core]\n\tfsmonitor = {plant}\n")
@@ -215,6 +216,7 @@ GUARD_ROUTES = (
     ("GIT_EXTERNAL_DIFF=$PLANT git diff", "GIT_EXTERNAL_DIFF"),
     ("GIT_EDITOR=$PLANT git commit --allow-empty", "GIT_EDITOR"),
     ("git st", "a ! alias"),
+    ("git commit --allow-empty -m x --trailer 'evil: y'", "a trailer command"),
     ("git diff --ext-diff", "--ext-diff"),
     ("git log -p --ext-diff --textconv", "--textconv"),
     ("git checkout -- f.txt inc.txt", "smudge filters"),
