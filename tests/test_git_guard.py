@@ -317,3 +317,24 @@ def test_a_submodule_config_runs_nothing_either(tmp_path: Path) -> None:
     os.utime(inner / "a.txt", (946684800, 946684800))
     subprocess.run(["git", "status"], cwd=sup, env=env, capture_output=True, timeout=60)
     assert marker.exists()
+
+
+def test_a_git_that_bypasses_the_guard_refuses_to_work(tmp_path: Path) -> None:
+    """/usr/bin/git by absolute path (from code a policy runs, such as Python), or a
+    guard out of the command's reach: git stops, naming the guard, instead of reading
+    the repository's config unguarded."""
+    plant, marker = _plant_program(tmp_path)
+    ws = _hostile_repository(tmp_path, plant, bare_inside=False)
+    real = shutil.which("git")
+    assert real is not None
+    env = guarded_env({**PLAIN, "HOME": str(tmp_path / "home")})
+    for command in (f"{real} log -p -1", f"{real} status", f"{real} diff"):
+        proc = subprocess.run(["bash", "--norc", "--noprofile", "-c", command], cwd=ws, env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=30)
+        assert proc.returncode == 128, (command, proc.stderr)
+        assert "sandbox git guard" in proc.stderr
+        assert MARK not in proc.stderr and not marker.exists(), command
+    ok = subprocess.run(["bash", "--norc", "--noprofile", "-c", "git log -1 --oneline"], cwd=ws,
+                        env=env, capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0, ok.stderr  # through the guard it works

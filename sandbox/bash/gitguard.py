@@ -82,9 +82,17 @@ def guard_dir() -> str:
     return os.fspath(root)
 
 
+# A git that did not come through the guard (run by absolute path, or the guard's
+# directory out of the command's reach) fails closed, naming why: an invalid core.bare
+# at command scope stops every git that reads a repository's config. The guard drops it.
+UNGUARDED_MARK = "'core.bare'='not set: git runs only through the sandbox git guard (SECURITY.md)'"
+
+
 def guarded_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with the guard's directory first on PATH (once): ``git`` is the guard."""
+    """``env`` with the guard's directory first on PATH (once): ``git`` is the guard;
+    a git run another way refuses to work (`UNGUARDED_MARK`)."""
     out = dict(env)
+    out["GIT_CONFIG_PARAMETERS"] = UNGUARDED_MARK
     guard = guard_dir()
     rest = [p for p in out.get("PATH", _DEFAULT_PATH).split(":") if p != guard]
     out["PATH"] = ":".join([guard, *rest])
