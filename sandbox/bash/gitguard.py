@@ -59,7 +59,9 @@ def guard_dir() -> str:
     root = Path(tempfile.mkdtemp(prefix="sandbox-git-guard-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
     script = root / "git"
-    shutil.copyfile(GUARD_DIR / "git", script)
+    text = (GUARD_DIR / "git").read_text(encoding="utf-8")
+    bash = shutil.which("bash") or "/bin/bash"  # where this machine has it
+    script.write_text(f"#!{bash}\n" + text.split("\n", 1)[1], encoding="utf-8")
     script.chmod(0o755)
     real = shutil.which("git")
     exec_path = None
