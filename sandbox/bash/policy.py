@@ -54,7 +54,7 @@ from .parse import (
     parse_prefix,
     scan_word,
 )
-from .specs import ProgramSpec, builtin_specs, check_spec
+from .specs import ProgramSpec, builtin_specs, check_spec, runs_programs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -764,6 +764,10 @@ class BashToolPolicy:
             return False
         if not no_confirm.entries or not script.commands or script.functions:
             return True
+        if self.program_specs and any(
+                cmd.words and runs_programs(cmd.words, self.program_specs) is not None
+                for cmd in script.commands):
+            return True  # the spec says this command line runs another program
         for redirect in script.redirects:
             target = redirect.target
             if redirect.operator == ">&" and target is not None and target.value is not None:
@@ -1059,8 +1063,19 @@ class BashToolPolicy:
         return f"Allowed prefixes: {_shown(listed, 400)}."
 
     def _spec(self, cmd: SimpleCommand, specs: Mapping[str, ProgramSpec]) -> _Blocked | None:
-        """R7 as an allowlist: the command line must fit its program's spec."""
-        violation = check_spec(cmd.words, specs)
+        """R7 as an allowlist: the command line must fit its program's spec; a command
+        line its spec marks as running another program (``runs_programs``, ``unlisted_options
+        = "ask"``) is refused under a read-only policy (`needs_confirmation` asks otherwise)."""
+        runs: list[str] = []
+        violation = check_spec(cmd.words, specs, runs)
+        if violation is None and runs and self.filesystem == "read-only":
+            return _Blocked(
+                "R7",
+                f"{runs[0]}; this policy is read-only (filesystem = \"read-only\") and runs "
+                "no program that another program starts from its options. Run it without that.",
+                cmd.text,
+                cmd.words[0].text,
+            )
         if violation is None:
             return None
         return _Blocked(

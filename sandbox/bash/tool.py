@@ -20,6 +20,7 @@ from ..tools.base import BaseTool, ToolArgumentError
 from ..tools.context import ToolContext
 from . import display as _display  # noqa: F401 - registers the "bash" highlighter
 from .confinement import ConfinementRequest
+from .gitguard import guard_readable_paths, guarded_env
 from .parse import escape_controls
 from .policy import BashToolPolicy, PolicyDecision
 from .process import Limits, ProcessResult, _unprivileged_identity, run_bash
@@ -85,7 +86,8 @@ class ExecuteBashTool(BaseTool):
         self._decide = functools.lru_cache(maxsize=256)(policy.check)
         self._confinement = ConfinementRequest(
             filesystem=policy.filesystem,
-            readable_paths=policy.readable_paths,
+            # the git guard (gitguard.py) is first on every command's PATH
+            readable_paths=(*policy.readable_paths, *guard_readable_paths()),
             writable_paths=policy.writable_paths,
             network=policy.network,
             mode=policy.confinement,
@@ -213,6 +215,7 @@ class ExecuteBashTool(BaseTool):
         for name in self.policy.inherit_env:
             if name in os.environ:
                 env[name] = os.environ[name]
+        env = guarded_env(env)  # git runs no program a repository's config names
         try:
             outcome = await run_bash(
                 command,
