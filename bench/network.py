@@ -111,12 +111,13 @@ def main() -> None:
     async def resolver(host: str, p: int) -> list[str]:
         return ["127.0.0.1"]
 
-    proxy = EgressProxy(Allowlist.parse([f"bench.test:{port}", f"127.0.0.1:{port}"]),
-                        resolver=resolver).start()  # fmt: skip
+    proxy = EgressProxy(resolver=resolver).start()
     http_l = socket.create_server(("127.0.0.1", 0), backlog=512)
     socks_l = socket.create_server(("127.0.0.1", 0))
     env = proxy_environment(http_l.getsockname()[1], socks_l.getsockname()[1])
-    att = proxy.attach([http_l, socks_l], command="bench")
+    att = proxy.attach([http_l, socks_l],
+                       Allowlist.parse([f"bench.test:{port}", f"127.0.0.1:{port}"]),
+                       command="bench")  # fmt: skip
     proxy_port = http_l.getsockname()[1]
 
     print(f"1. Download of {args.mib} MiB over loopback (curl, MiB/s; 3 rounds alternating)")

@@ -127,11 +127,12 @@ def _proxy(entries: list[str], names: dict[str, list[str]], **kw: object
             raise OSError(f"test resolver: no address for {host}")
         return names[host]
 
-    proxy = EgressProxy(Allowlist.parse(entries), resolver=resolver, head_timeout=2.0).start()
+    proxy = EgressProxy(resolver=resolver, head_timeout=2.0).start()
     http_l = socket.create_server(("127.0.0.1", 0))
     socks_l = socket.create_server(("127.0.0.1", 0))
     env = proxy_environment(http_l.getsockname()[1], socks_l.getsockname()[1])
-    att = proxy.attach([http_l, socks_l], command="test", **kw)  # type: ignore[arg-type]
+    att = proxy.attach([http_l, socks_l], Allowlist.parse(entries), command="test",
+                       **kw)  # type: ignore[arg-type]  # fmt: skip
     try:
         yield proxy, env, att
     finally:

@@ -80,7 +80,7 @@ __all__ = [
 ]
 
 FILESYSTEM_MODES = ("read-write", "read-only")
-NETWORK_MODES = ("none", "loopback", "host")
+NETWORK_MODES = ("none", "loopback", "allowlist", "host")
 CONFINEMENT_MODES = ("best-effort", "required", "none")
 LAYERS = (
     "landlock-fs",

@@ -49,6 +49,7 @@ __all__ = [
     "EgressProxy",
     "Resolver",
     "proxy_environment",
+    "shared_proxy",
 ]
 
 # Inside the command's own network namespace nothing else listens: fixed ports let the
@@ -104,6 +105,7 @@ class Attachment:
     """The proxy's side of one command: its listening sockets, its connections, what
     it was allowed and refused (``report()`` is ``result["network"]``)."""
 
+    allowlist: Allowlist
     command: str
     ask: Ask | None
     ask_loop: asyncio.AbstractEventLoop | None
@@ -139,7 +141,6 @@ class EgressProxy:
 
     def __init__(
         self,
-        allowlist: Allowlist,
         *,
         resolver: Resolver | None = None,
         on_decision: Decision | None = None,
@@ -151,7 +152,6 @@ class EgressProxy:
         max_connections: int = 256,
         max_connections_per_command: int = 64,
     ) -> None:
-        self.allowlist = allowlist
         self._resolver = resolver or _system_resolver
         self._on_decision = on_decision
         self.connect_timeout = connect_timeout
@@ -222,6 +222,7 @@ class EgressProxy:
     def attach(
         self,
         listeners: Sequence[socket.socket],
+        allowlist: Allowlist,
         *,
         command: str = "",
         ask: Ask | None = None,
@@ -233,7 +234,7 @@ class EgressProxy:
         name is refused. Call ``detach`` when the command has ended."""
         if ask is not None and ask_loop is None:
             ask_loop = asyncio.get_running_loop()
-        att = Attachment(command=command, ask=ask, ask_loop=ask_loop)
+        att = Attachment(allowlist=allowlist, command=command, ask=ask, ask_loop=ask_loop)
         for sock in listeners:
             sock.setblocking(False)
             att._listeners.append(sock)
@@ -475,7 +476,7 @@ class EgressProxy:
             raise _Refused(f"not a host name: {exc}", 400, 0x04) from None
         if not 0 < port < 65536:
             raise _Refused(f"port {port} is out of range", 400, 0x04)
-        rule = self.allowlist.match(host, port)
+        rule = att.allowlist.match(host, port)
         if rule is None and not await self._asked(att, host, port):
             raise _Refused(f"{host}:{port} is not in allowed_domains")
         try:
@@ -491,7 +492,7 @@ class EgressProxy:
         for address in addresses:
             why = special_address(address)
             if (why is None or (rule is not None and rule.names_address(address))
-                    or self.allowlist.names_address(address, port)):  # fmt: skip
+                    or att.allowlist.names_address(address, port)):  # fmt: skip
                 usable.append(address)
             else:
                 refused.append(f"{address} ({why})")
@@ -641,6 +642,28 @@ async def _splice_one_way(src: socket.socket, dst: socket.socket, size: int) -> 
         os.close(w)
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
+
+
+_shared: EgressProxy | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_proxy() -> EgressProxy:
+    """The agent's one egress proxy (started on first use)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = EgressProxy().start()
+        return _shared
+
+
+def _forget_the_parents_proxy() -> None:
+    # A forked agent has none of its parent's threads: it starts its own proxy.
+    global _shared, _shared_lock
+    _shared, _shared_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_the_parents_proxy)
 
 
 async def _as_coroutine(value: Awaitable[bool]) -> bool:
