@@ -18,7 +18,6 @@ Every figure is measured in this one run, side by side.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import socket
 import statistics
 import subprocess
