@@ -35,12 +35,13 @@ import pwd
 import resource
 import shutil
 import signal
+import socket
 import stat
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -52,12 +53,26 @@ from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue, spaw
 from sandbox.bash.confinement import Confinement, ConfinementRequest, describe_kernel, plan
 from sandbox.bash.confinement import detect as detect_confinement
 from sandbox.bash.containment import MECHANISMS, Tree, availability, choose, open_tree
+from sandbox.bash.network.allowlist import Allowlist
+from sandbox.bash.network.handover import receive_listeners
+from sandbox.bash.network.proxy import (
+    HTTP_PORT,
+    SOCKS_PORT,
+    Attachment,
+    proxy_environment,
+    shared_proxy,
+)
 from sandbox.bash.spawner import STALE, SpawnedProcess, Spawner, SpawnerError, remove_tree
 from sandbox.errors import ConfigurationError, SandboxError
+
+# How long the child may take to hand the proxy's listeners over (its set-up, before
+# exec: milliseconds unless the machine is overloaded).
+_HANDOVER_SECONDS = 30.0
 
 __all__ = [
     "BashProcess",
     "Limits",
+    "NetworkAccess",
     "ProcessResult",
     "detect_protections",
     "find_bash",
@@ -162,6 +177,19 @@ class ProcessResult:
     killed_processes: int
     nproc_enforcement: str | None
     protections: dict[str, str] | None = None
+    # network="allowlist": what the egress proxy let through and refused for this run
+    # ({"allowed": [{"destination", "connections"}], "denied": [... "reason"]}).
+    network: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class NetworkAccess:
+    """What network="allowlist" needs at run time: the parsed allowed_domains, and how
+    to ask about a name nobody listed (None: refuse it). ``ask(host, port)`` is awaited
+    on the caller's loop."""
+
+    allowlist: Allowlist
+    ask: Callable[[str, int], Awaitable[bool]] | None = None
 
 
 # --------------------------------------------------------------------------- spawning
@@ -450,6 +478,7 @@ async def run_bash(
     containment: str = "auto",
     rlimits_via: str = "preexec_fn",
     confinement: ConfinementRequest | None = None,
+    network: NetworkAccess | None = None,
 ) -> ProcessResult:
     """Run `bash --norc --noprofile -c command` and return what happened.
 
@@ -466,7 +495,8 @@ async def run_bash(
     confined run gets a private temporary directory (TMPDIR, removed afterwards) and
     is set up entirely by a preexec_fn: the cgroup placement must precede Landlock.
     Raises confinement.ConfinementUnavailable when it is "required" and the kernel
-    lacks a layer.
+    lacks a layer. network: with confinement.network == "allowlist", the names the
+    agent's egress proxy lets through (sandbox/bash/network/).
 
     Raises ConfigurationError for a missing workspace, a missing bash, a forbidden env
     variable or an unusable limit; OSError if the kernel refuses the spawn. When the
@@ -514,6 +544,8 @@ async def run_bash(
 
     tmpdir: str | None = None
     protections: dict[str, str] | None = None
+    attachment: Attachment | None = None
+    network_report: dict[str, Any] | None = None
     limited = limits.max_child_processes is not None
     # The subreaper's supervisor needs its cgroups granted: that tree comes first.
     tree = open_tree(mechanism, limit_processes=limited, shell=shell) if (
@@ -537,7 +569,15 @@ async def run_bash(
         # A run set up in the child (all of it, below, once it takes a reservation)
         # can take a run reserved ahead (its tree and TMPDIR), whose zygote has set
         # itself up for it already; not one that asked for its rlimits in a prologue.
-        reservable = tree is None and mechanism in _RESERVABLE and (
+        proxied = plan_request is not None and plan_request.network == "allowlist"
+        if proxied and network is None:
+            raise ConfigurationError(
+                "network='allowlist' needs the allowed names: pass network=NetworkAccess("
+                "Allowlist.parse([...])) to run_bash (ExecuteBashTool does)"
+            )
+        # Not with the egress proxy: its listeners are made at exec time, in the
+        # command's own namespace, which a zygote would have made ahead.
+        reservable = tree is None and mechanism in _RESERVABLE and not proxied and (
             uid is not None or confined or rlimits_via == "preexec_fn")  # fmt: skip
         signature = (mechanism, shell, plan_request, workdir, uid, gid)
         if reservable:
@@ -558,6 +598,9 @@ async def run_bash(
                 )
         if tmpdir is not None:
             env = {**env, "TMPDIR": tmpdir}
+        proxy_ready = proxied and plan_confinement is not None and plan_confinement.loopback_up
+        if proxy_ready:
+            env = {**env, **proxy_environment()}
         home = env.get("HOME")
         if (
             plan_confinement is not None
@@ -605,11 +648,21 @@ async def run_bash(
         # prepared from changed since (/etc, a workspace made again): it runs nothing
         # and says so, and the command goes through the spawner instead. Not with
         # descriptors to pass (the subreaper's), which are ours only once.
-        offer = not tree.pass_fds
+        offer = not tree.pass_fds and not proxy_ready
         for attempt in (1, 2):
+            channel: socket.socket | None = None
+            spawn_setup, extra_fds = child_setup, ()
+            if proxy_ready and child_setup is not None and child_setup.confinement is not None:
+                # The child hands the proxy's listeners over from inside its namespace.
+                channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                extra_fds = (theirs.fileno(),)
+                spawn_setup = replace(child_setup, confinement=replace(
+                    child_setup.confinement, proxy_ports=(HTTP_PORT, SOCKS_PORT),
+                    proxy_channel=theirs.fileno()))  # fmt: skip
             try:
                 process = BashProcess.spawn(
-                    argv, cwd=workdir, env=env, setup=child_setup, pass_fds=tree.pass_fds,
+                    argv, cwd=workdir, env=env, setup=spawn_setup,
+                    pass_fds=(*tree.pass_fds, *extra_fds),
                     kill_files=tree.kill_files, use_offer=offer and attempt == 1,
                 )
             except SpawnerError as e:
@@ -620,9 +673,25 @@ async def run_bash(
                 ) from None
             finally:
                 tree.spawned()
+                if extra_fds:
+                    os.close(extra_fds[0])
+            if channel is not None:
+                assert network is not None
+                with channel:
+                    try:
+                        listeners = await receive_listeners(channel, 2, _HANDOVER_SECONDS)
+                    except OSError:
+                        listeners = []  # its set-up failed first: setup_error says why
+                if listeners:
+                    proxy = shared_proxy()
+                    attachment = proxy.attach(listeners, network.allowlist, command=command,
+                                              ask=network.ask)  # fmt: skip
             out, err, returncode, timed_out, killed = await _supervise(
                 process, tree, timeout, max_output_bytes
             )
+            if attachment is not None:
+                network_report = shared_proxy().detach(attachment)
+                attachment = None
             setup_error = process.setup_error()
             if setup_error is None or STALE not in setup_error or attempt == 2:
                 break
@@ -632,6 +701,8 @@ async def run_bash(
                 process.close()
                 process = None
     finally:
+        if attachment is not None:  # cancelled while it ran: its connections go too
+            shared_proxy().detach(attachment)
         with anyio.CancelScope(shield=True):
             try:
                 if process is not None:
@@ -683,6 +754,7 @@ async def run_bash(
         killed_processes=killed,
         nproc_enforcement=nproc,
         protections=protections,
+        network=network_report if proxied else None,
     )
 
 

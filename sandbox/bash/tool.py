@@ -22,7 +22,8 @@ from . import display as _display  # noqa: F401 - registers the "bash" highlight
 from .confinement import ConfinementRequest
 from .parse import escape_controls
 from .policy import BashToolPolicy, PolicyDecision
-from .process import Limits, ProcessResult, _unprivileged_identity, run_bash
+from .network.allowlist import Allowlist
+from .process import Limits, NetworkAccess, ProcessResult, _unprivileged_identity, run_bash
 
 # Commands longer than this may take tens of milliseconds to check (the policy parses
 # them in a guarded child process): keep that off the event loop.
@@ -90,6 +91,7 @@ class ExecuteBashTool(BaseTool):
             network=policy.network,
             mode=policy.confinement,
         )
+        self._allowlist = Allowlist.parse(policy.allowed_domains)
         self._limits = Limits(
             max_memory_bytes=policy.max_memory_bytes,
             max_file_size_bytes=policy.max_file_size_bytes,
@@ -206,9 +208,19 @@ class ExecuteBashTool(BaseTool):
                 return {"error": "This tool call requires confirmation, please approve or reject."}
         if confirmation is not None and not confirmation.confirmed:
             return {"error": "This tool call is rejected."}
-        return await self._run(command)
+        return await self._run(command, self._network_access(tool_context))
 
-    async def _run(self, command: str) -> dict[str, Any]:
+    def _network_access(self, tool_context: ToolContext | None) -> NetworkAccess | None:
+        """network="allowlist": the allowlist, and a way to ask about an unlisted name
+        when the policy says so and the runner offers one (ToolContext.ask_network)."""
+        if self.policy.network != "allowlist":
+            return None
+        asker = getattr(tool_context, "ask_network", None)
+        if not self.policy.ask_for_unlisted_domains or asker is None:
+            return NetworkAccess(self._allowlist)
+        return NetworkAccess(self._allowlist, ask=asker)
+
+    async def _run(self, command: str, network: NetworkAccess | None = None) -> dict[str, Any]:
         env = dict(self.policy.env)
         for name in self.policy.inherit_env:
             if name in os.environ:
@@ -224,6 +236,7 @@ class ExecuteBashTool(BaseTool):
                 drop_privileges=self._drop,
                 rlimits_via=self.policy.rlimits_via,
                 confinement=self._confinement,
+                network=network if network is not None else self._network_access(None),
             )
         except (ConfigurationError, OSError) as exc:
             return {"error": f"Execution failed: {exc}", "stdout": "", "stderr": "",
@@ -239,6 +252,8 @@ class ExecuteBashTool(BaseTool):
             "privileges": f"uid {self._identity[0]}" if self._drop else (
                 "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"),
         }
+        if outcome.network is not None:
+            result["network"] = outcome.network
         missing = (outcome.protections or {}).get("missing")
         if missing:
             result["confinement_missing"] = missing

@@ -14,8 +14,8 @@ sandbox-runtime bridges a unix socket into the namespace with socat; Codex route
 through a proxy on the host's loopback. Making the sockets inside the namespace and
 accepting them outside needs neither, and costs nothing per connection.
 
-`send_listeners` runs in the forked child (stdlib only, a few system calls);
-`receive_listeners` in the agent.
+The child's side is `confinement.send_proxy_listeners` (the spawner loads
+confinement.py with the standard library only); `receive_listeners` is the agent's.
 """
 
 from __future__ import annotations
@@ -26,24 +26,7 @@ import socket
 
 import anyio
 
-__all__ = ["receive_listeners", "send_listeners"]
-
-
-def send_listeners(channel: int, ports: tuple[int, ...]) -> None:
-    """In the command's child, inside its network namespace with lo up."""
-    listeners = []
-    try:
-        for port in ports:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            listeners.append(s)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("127.0.0.1", port))
-            s.listen(128)
-        with socket.socket(fileno=channel) as ch:
-            socket.send_fds(ch, [b"ok"], [s.fileno() for s in listeners])
-    finally:
-        for s in listeners:
-            s.close()
+__all__ = ["receive_listeners"]
 
 
 async def receive_listeners(channel: socket.socket, count: int, timeout: float

@@ -35,7 +35,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import Future as ConcurrentFuture
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +49,7 @@ __all__ = [
     "EgressProxy",
     "Resolver",
     "proxy_environment",
+    "resolver_for_tests",
     "shared_proxy",
 ]
 
@@ -655,6 +656,19 @@ def shared_proxy() -> EgressProxy:
         if _shared is None:
             _shared = EgressProxy().start()
         return _shared
+
+
+@contextlib.contextmanager
+def resolver_for_tests(resolver: Resolver) -> Iterator[None]:
+    """Names resolved by ``resolver`` instead of the system's while inside (the shared
+    proxy's): tests map their own names to 127.0.0.1 servers without /etc/hosts."""
+    proxy = shared_proxy()
+    before = proxy._resolver
+    proxy._resolver = resolver
+    try:
+        yield
+    finally:
+        proxy._resolver = before
 
 
 def _forget_the_parents_proxy() -> None:
