@@ -651,7 +651,7 @@ async def run_bash(
         offer = not tree.pass_fds and not proxy_ready
         for attempt in (1, 2):
             channel: socket.socket | None = None
-            spawn_setup, extra_fds = child_setup, ()
+            spawn_setup, extra_fds = child_setup, tuple[int, ...]()
             if proxy_ready and child_setup is not None and child_setup.confinement is not None:
                 # The child hands the proxy's listeners over from inside its namespace.
                 channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -20,9 +20,9 @@ from ..tools.base import BaseTool, ToolArgumentError
 from ..tools.context import ToolContext
 from . import display as _display  # noqa: F401 - registers the "bash" highlighter
 from .confinement import ConfinementRequest
+from .network.allowlist import Allowlist
 from .parse import escape_controls
 from .policy import BashToolPolicy, PolicyDecision
-from .network.allowlist import Allowlist
 from .process import Limits, NetworkAccess, ProcessResult, _unprivileged_identity, run_bash
 
 # Commands longer than this may take tens of milliseconds to check (the policy parses

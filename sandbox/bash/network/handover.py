@@ -29,13 +29,13 @@ import anyio
 __all__ = ["receive_listeners"]
 
 
-async def receive_listeners(channel: socket.socket, count: int, timeout: float
+async def receive_listeners(channel: socket.socket, count: int, seconds: float
                             ) -> list[socket.socket]:  # fmt: skip
     """In the agent: the listeners the child sent, or OSError when it sent none (its
     set-up failed before: the run reports that) or not in time."""
     channel.setblocking(False)
-    message, fds = b"", []
-    with anyio.move_on_after(timeout) as scope:
+    message, fds = b"", list[int]()
+    with anyio.move_on_after(seconds) as scope:
         while True:
             await anyio.wait_readable(channel)
             try:
