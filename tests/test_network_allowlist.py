@@ -62,7 +62,7 @@ def _tool(ws: Path, *entries: str, **kw: Any) -> ExecuteBashTool:
 
 
 def test_policy_errors_name_the_cause() -> None:
-    with pytest.raises(ConfigurationError, match="allowed_domains entry 'https://x.org'"):
+    with pytest.raises(ConfigurationError, match=r"allowed_domains entry 'https://x\.org'"):
         BashToolPolicy(network="allowlist", allowed_domains=("https://x.org",))
     with pytest.raises(ConfigurationError, match="only let through with network='allowlist'"):
         BashToolPolicy(allowed_domains=("pypi.org",))
