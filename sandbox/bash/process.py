@@ -1062,4 +1062,24 @@ def detect_protections() -> dict[str, Any]:
         if root
         else "only by processes of the same uid (the command runs as this uid)"
     )
+    report["network"] = network_modes(confined)
     return report
+
+
+def network_modes(confined: Any) -> dict[str, str]:
+    """What each policy `network` mode gives a command on this machine."""
+    netns = confined.has("netns")
+    why = "" if netns else confined.missing.get("netns", "no network namespace")
+    fallback = "TCP denied by Landlock" if confined.has("landlock-net") else (
+        "no TCP restriction at all: Landlock's network rules are missing too")  # fmt: skip
+    return {
+        "none": "available: an empty network namespace" if netns
+        else f"degraded: {why}; {fallback}",
+        "loopback": "available: a private namespace per command, lo up" if netns
+        else f"degraded: {why}; {fallback}",
+        "allowlist": "available: a private namespace per command holding only the "
+        "agent's egress proxy (HTTP 127.0.0.1:3128, SOCKS5 127.0.0.1:1080); names "
+        "checked against allowed_domains, resolved by the proxy" if netns
+        else f"degraded: {why}; {fallback} (no proxy can be reached)",
+        "host": "the host's network, unrestricted",
+    }

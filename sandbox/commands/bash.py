@@ -311,4 +311,8 @@ def _doctor(args: argparse.Namespace) -> int:
     for layer, state in confinement.get("layers", {}).items():
         mark = "yes" if state.startswith("available") else "no "
         print(f"    [{mark}] {layer:16} {state.split(': ', 1)[-1]}")
+    print("  network modes (the policy's network = ...):")
+    for mode, state in report.get("network", {}).items():
+        mark = "no " if state.startswith("degraded") else "yes"
+        print(f"    [{mark}] {mode:16} {state.split(': ', 1)[-1]}")
     return 0
