@@ -244,6 +244,10 @@ def _bash_tool(policy_ref: str, workspace: str) -> Any:
         raise ConfigurationError(f"--workspace {workspace!r} is not a directory (relative "
                                  f"paths are read from {os.getcwd()}); give an absolute path")
     policy = BashToolPolicy.from_toml(policies.resolve(policy_ref))
+    warning = policies.banner(policy_ref, policy)
+    if warning:  # the host shows the server's stderr in its log
+        print("sandbox mcp: " + warning.replace("\n", "\nsandbox mcp: "), file=sys.stderr,
+              flush=True)
     return ExecuteBashTool(workspace=root.resolve(), policy=policy)
 
 
