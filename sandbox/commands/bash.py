@@ -79,8 +79,10 @@ def register(sub: Any) -> None:
 
 def _policy_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", metavar="NAME|FILE",
-                        help="a shipped policy (readonly, git-readonly, python-dev) or a "
-                             "policy TOML file (default: allow every command, 30 s timeout)")
+                        help="a policy's name (shipped: readonly, git-readonly, python-dev; "
+                             "or NAME.toml in a $SANDBOX_POLICY_PATH directory; never a file "
+                             "here) or a policy file's path (./mine.toml) (default: allow "
+                             "every command, 30 s timeout)")
 
 
 def _load_policy(reference: str | None, verb: str) -> Any:

@@ -43,8 +43,9 @@ examples:
       (Streamable HTTP at http://127.0.0.1:8931/mcp; the bearer token is printed on
        stderr, or give it in $SANDBOX_MCP_TOKEN)
 
-  --policy takes a shipped policy's name (readonly, git-readonly, python-dev) or a
-  TOML file. --tools takes path/to/file.py:ATTR (MCP hosts do not pass PYTHONPATH) or
+  --policy takes a policy's name (shipped: readonly, git-readonly, python-dev; or
+  NAME.toml in a directory of $SANDBOX_POLICY_PATH; never a file of the current
+  directory) or a TOML file's path (./mine.toml). --tools takes path/to/file.py:ATTR (MCP hosts do not pass PYTHONPATH) or
   module:ATTR; ATTR names a BaseTool/FunctionTool, a function (served ungated), or a
   list of them.
 
