@@ -232,3 +232,22 @@ async def test_the_mcp_server_serves_the_shipped_policy_and_warns_in_the_tool(
     assert "OS confinement is off" in capsys.readouterr().err
     bash = wide.runner.tools["execute_bash"]
     assert tool_description(bash) == tool.description and tool_title(bash) == tool.title
+
+
+def test_a_tools_module_from_the_current_directory_shadows_nothing(tmp_path: Path) -> None:
+    """`sandbox mcp --tools mytools:TOOLS` finds mytools in the current directory, but a
+    file there named like a module imported later (uvicorn for --http) is not taken for
+    it: the directory is searched last (the same class: a bare name looked up here)."""
+    pytest.importorskip("uvicorn")
+    (tmp_path / "mytools.py").write_text("def hello() -> str:\n    return 'hi'\nTOOLS = [hello]\n")
+    (tmp_path / "uvicorn.py").write_text("raise SystemExit('planted uvicorn ran')\n")
+    code = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]\n"
+            "from sandbox.commands.mcp import load_tools\n"
+            "[tool] = load_tools('mytools:TOOLS'); print(tool.name)\n"
+            "import uvicorn; print(uvicorn.__file__)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    name, where = proc.stdout.split()
+    assert name == "hello" and not where.startswith(str(tmp_path))

@@ -270,7 +270,10 @@ def load_tools(spec: str) -> list[Any]:
         where = source
     else:
         if "" not in sys.path and str(Path.cwd()) not in sys.path:
-            sys.path.insert(0, str(Path.cwd()))
+            # Last, not first: a file of the current directory (a repository the agent
+            # works in) must not stand in for a module imported later (uvicorn, a
+            # stdlib module loaded lazily); it only supplies the module asked for.
+            sys.path.append(str(Path.cwd()))
         try:
             module = importlib.import_module(source)
         except ModuleNotFoundError as exc:
