@@ -111,3 +111,32 @@ def test_the_read_is_asked_for_as_cat_under_a_policy_that_allows_cat() -> None:
     command = 'echo -- "$(< notes.txt #\n)"'
     assert readonly.check(command).allowed
     assert readonly.needs_confirmation(command)  # cat asks there; echo alone would not
+
+
+# A command substitution in an expanding here-document body is a script bash parses when
+# it expands the body; the agreement check skipped the whole body, so tree-sitter's
+# '=~'/'==' misreading (the rest of the line taken as a regex) hid a command there.
+# Found by the template fuzz (bench/fuzz_policy.py --templates, seed 20261127).
+HIDDEN_IN_BODIES = [
+    "a <<EOF\n$(! ( a ==|b ~ * {a=b}|x % ))\nEOF\n",
+    "a <<EOF\n~$(b ==; a=b |& x {k=v,b}a*)\nEOF\n",
+    'a <<EOF\n$(a =~ |& x ")*(!" ${v#*})\nEOF\n',
+    "a <<EOF\n${v:-$(a == |x)}\nEOF\n",
+    "a <<EOF\n$(a <<E\n$(a =~ |x)\nE\n)\nEOF\n",
+]
+
+
+@pytest.mark.parametrize("command", HIDDEN_IN_BODIES)
+def test_a_substitution_in_a_here_document_body_is_compared_with_bash(command: str) -> None:
+    fuzz = _fuzzer()
+    with tempfile.TemporaryDirectory() as tmp:
+        ran = fuzz.run_bash([command], Path(tmp))
+    assert "x" in ran.get(0, set()), "bash runs x there; the case is wrong"
+    decision = ONLY_A.check(command)
+    assert not decision.allowed
+    assert decision.rule == "R9", decision
+
+
+def test_a_plain_here_document_body_with_substitutions_still_passes() -> None:
+    assert ONLY_A.check("a <<EOF\nhi $(a b) ${v:-$(b -n)}\nEOF\n").allowed
+    assert ONLY_A.check("a <<EOF\n$(a <<E\nx\nE\n)\nEOF\n").allowed
