@@ -251,3 +251,17 @@ def test_a_tools_module_from_the_current_directory_shadows_nothing(tmp_path: Pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     name, where = proc.stdout.split()
     assert name == "hello" and not where.startswith(str(tmp_path))
+
+
+def test_from_toml_reads_a_bare_name_as_a_name(planted: Path) -> None:
+    """BashToolPolicy.from_toml("readonly") read ./readonly: a bare name relative to the
+    current directory, the same class as resolve."""
+    policy = BashToolPolicy.from_toml("readonly")
+    assert policy.confinement != "none" and "*" not in policy.allowed_command_prefixes
+    assert BashToolPolicy.from_toml("./readonly").confinement == "none"  # a path is a path
+    assert BashToolPolicy.from_toml(Path("readonly")).confinement == "none"  # so is a Path
+    assert BashToolPolicy.from_toml(resolve("./readonly")).confinement == "none"
+    assert BashToolPolicy.from_toml(planted / "readonly.toml").confinement == "none"
+    (planted / "mine").write_text(PLANTED)
+    with pytest.raises(PolicyFileError, match=r"give it as \./mine"):
+        BashToolPolicy.from_toml("mine")

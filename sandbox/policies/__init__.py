@@ -91,7 +91,7 @@ def resolve(reference: str | os.PathLike[str]) -> Path:
     if not is_name(text):
         path = Path(os.path.expanduser(text))
         if path.is_file():
-            return path
+            return Path(os.path.abspath(path))  # "./readonly" stays a path once printed
         stem = Path(text).name.removesuffix(".toml")
         hint = (f" (the shipped policy is named without .toml: --policy {stem})"
                 if stem in names() and os.sep not in text else "")
