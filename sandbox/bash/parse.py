@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import atexit
 import bisect
+import contextlib
 import os
 import re
 import select
@@ -42,7 +43,7 @@ import sys
 import threading
 import time
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple, TypeVar
 
@@ -56,11 +57,13 @@ __all__ = [
     "Assignment",
     "Finding",
     "Operator",
+    "ParseOffLoop",
     "ParsedScript",
     "Redirect",
     "SimpleCommand",
     "Word",
     "escape_controls",
+    "loop_budget",
     "parse",
     "parse_prefix",
     "scan_word",
@@ -80,6 +83,90 @@ def _parser() -> Parser:
     """A new parser for every parse: no state carried from one command to the next and
     nothing shared between threads, for ~0.3 µs."""
     return Parser(_LANGUAGE)
+
+
+# ---------------------------------------------------------------------------
+# Time-bounded parsing, and parses kept off an event loop
+#
+# tree-sitter-bash's error recovery is superlinear on some short input that the
+# worker's guard (below) does not catch: 4,096 bytes of "(" x100 then ")~" x1998 took
+# 2-8 s in the agent's process. Every parse in this process therefore runs with a
+# progress callback, which tree-sitter calls every hundred parse operations (every
+# ~60 µs on that input): it ends the parse at a deadline (the command is refused, R6),
+# and, being Python code, it lets the interpreter hand the GIL to another thread at
+# each call. py-tree-sitter holds the GIL for a whole parse otherwise, so a parse in a
+# worker thread would still freeze the event loop. py-tree-sitter ignores the callback
+# when given bytes: the source is read through a callable (a memoryview, no copies).
+
+
+class _Cut(Exception):
+    """tree-sitter stopped at the deadline."""
+
+
+class ParseOffLoop(BaseException):
+    """Raised by `parse` only inside `loop_budget`: this command is not one to decide on
+    an event loop (longer than the budget's bytes, or one for the parse worker, or
+    tree-sitter passed the budget's deadline); decide it in a worker thread instead.
+
+    A BaseException, like GeneratorExit: a signal to the code that set the budget, not
+    an error. `BashToolPolicy.check` turns every Exception into a remembered R6
+    refusal; a command merely cut short on the loop must be neither refused nor
+    remembered, so this passes through it."""
+
+
+class _Budget(threading.local):
+    deadline: float | None = None
+    max_bytes: int = 0
+
+
+_budget = _Budget()
+
+
+@contextlib.contextmanager
+def loop_budget(seconds: float, max_bytes: int) -> Iterator[None]:
+    """Within this block (on this thread), `parse` parses only a command of at most
+    ``max_bytes`` characters that needs no worker, and only until ``seconds`` from now;
+    otherwise it raises `ParseOffLoop`. For a caller on an event loop: it tries the
+    cheap case there and moves anything else to a thread."""
+    previous = (_budget.deadline, _budget.max_bytes)
+    _budget.deadline, _budget.max_bytes = time.monotonic() + seconds, max_bytes
+    try:
+        yield
+    finally:
+        _budget.deadline, _budget.max_bytes = previous
+
+
+class _Progress:
+    """tree-sitter's progress callback: True (stop) once the deadline has passed."""
+
+    __slots__ = ("deadline",)
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+
+    def __call__(self, _offset: int, _has_error: bool) -> bool:
+        return time.monotonic() > self.deadline
+
+
+def _parse_bounded(data: bytes, seconds: float) -> Node:
+    """The root of ``data``'s tree, parsed here within ``seconds`` (and within the
+    loop budget, if one is set): raises _Cut past it, ParseOffLoop past the budget."""
+    deadline = time.monotonic() + seconds
+    budget = _budget.deadline
+    on_loop = budget is not None and budget < deadline
+    if on_loop:
+        assert budget is not None
+        deadline = budget
+    view = memoryview(data)
+    try:
+        tree = _parser().parse(
+            lambda byte, _point: view[byte:], progress_callback=_Progress(deadline)
+        )
+    except ValueError:  # tree-sitter returned no tree: the callback stopped it
+        if on_loop:
+            raise ParseOffLoop from None
+        raise _Cut from None
+    return tree.root_node
 
 
 # ---------------------------------------------------------------------------
@@ -1754,7 +1841,9 @@ _PLAIN_SOURCE = re.compile(
 )
 
 
-def _plain_script(source: str, match: re.Match[str], max_depth: int) -> ParsedScript | None:
+def _plain_script(
+    source: str, match: re.Match[str], max_depth: int, max_seconds: float = 1.0
+) -> ParsedScript | None:
     """The parse of a source of plain words (``git status``), or None to take the
     general path.
 
@@ -1769,7 +1858,10 @@ def _plain_script(source: str, match: re.Match[str], max_depth: int) -> ParsedSc
     if max_depth < 2:
         return None
     data = source.encode("ascii")
-    root = _parser().parse(data).root_node
+    try:
+        root = _parse_bounded(data, max_seconds)
+    except _Cut:
+        return None  # the general path parses it again, and says so
     if root.child_count != 1:
         return None
     command = root.children[0]
@@ -1811,11 +1903,16 @@ def parse(
     """Parse ``source`` as bash. Never raises for any string; whatever cannot be
     decided on safely is reported in ``findings``. A source longer than
     GUARDED_PARSE_ABOVE bytes (or with many nesting openers) is parsed in a worker
-    process, which is killed when tree-sitter is not done after ``max_seconds``."""
+    process, which is killed when tree-sitter is not done after ``max_seconds``; in
+    this process too, tree-sitter stops at ``max_seconds`` (the command is refused).
+    Inside `loop_budget`, raises `ParseOffLoop` instead of parsing a command the
+    budget does not cover."""
+    if _budget.deadline is not None and len(source) > _budget.max_bytes:
+        raise ParseOffLoop
     if len(source) <= GUARDED_PARSE_ABOVE and len(source) <= max_bytes:
         plain = _PLAIN_SOURCE.fullmatch(source)
         if plain is not None:
-            script = _plain_script(source, plain, max_depth)
+            script = _plain_script(source, plain, max_depth, max_seconds)
             if script is not None:
                 return script
     return _parse_general(source, max_bytes, max_depth, max_seconds)
@@ -1851,13 +1948,15 @@ def _parse_general(
     if len(data) > max_bytes:
         return early("R6", f"the command is longer than {max_bytes} bytes")
     if not _needs_guard(data):
-        return _parse_tree(source, data, max_depth, check_agreement)
+        return _parse_tree(source, data, max_depth, check_agreement, max_seconds)
+    if _budget.deadline is not None:
+        raise ParseOffLoop  # the worker's answer is not waited for on a loop
     with _worker_lock:
         worker = _ready_worker()
         state = worker if isinstance(worker, str) else worker.parse(data, max_seconds)
         if state == "parsed":
             assert isinstance(worker, _ParseWorker)
-            return _parse_tree(source, data, max_depth, worker.agreement)
+            return _parse_tree(source, data, max_depth, worker.agreement, max_seconds)
         _worker = None  # stopped, or never started: the next long command starts one
     if state == "crashed":
         return early(
@@ -1866,14 +1965,17 @@ def _parse_general(
             "fix its syntax or shorten it",
         )
     if state == "slow":
-        return early(
-            "R6",
-            f"the command took longer than {max_seconds:g} s to parse (tree-sitter-bash "
-            "recovers from some syntax errors very slowly); fix its syntax or shorten it",
-        )
+        return early("R6", _slow_message(max_seconds))
     # "unavailable": no worker could be run (an embedded interpreter), or it could
     # not import the parser; nothing was learnt, and the command is parsed here.
-    return _parse_tree(source, data, max_depth, check_agreement)
+    return _parse_tree(source, data, max_depth, check_agreement, max_seconds)
+
+
+def _slow_message(max_seconds: float) -> str:
+    return (
+        f"the command took longer than {max_seconds:g} s to parse (tree-sitter-bash "
+        "recovers from some syntax errors very slowly); fix its syntax or shorten it"
+    )
 
 
 def _parse_tree(
@@ -1881,12 +1983,17 @@ def _parse_tree(
     data: bytes,
     max_depth: int,
     agreement: Callable[[Node, bytes], Disagreement | None],
+    max_seconds: float = 1.0,
 ) -> ParsedScript:
-    """Parse ``data`` here and walk the tree; R9 is asked of ``agreement``."""
+    """Parse ``data`` here (within ``max_seconds``) and walk the tree; R9 is asked of
+    ``agreement``."""
     def early(rule: str, message: str, token: str | None = None, at: int = 0) -> ParsedScript:
         return ParsedScript(source, (), (), (), (), (), (Finding(rule, message, token, at),), 0)
 
-    root = _parser().parse(data).root_node
+    try:
+        root = _parse_bounded(data, max_seconds)
+    except _Cut:
+        return early("R6", _slow_message(max_seconds))
     controls = _control_positions(source)
     if root.has_error:
         # Fail closed without walking a tree that is partly guesswork.
