@@ -48,7 +48,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from sandbox.bash.capture import BoundedCapture, drain_buffered, pump, set_pipe_size
+from sandbox.bash.capture import BoundedCapture, decoded, drain_buffered, pump, set_pipe_size
 from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue, spawn_key
 from sandbox.bash.confinement import Confinement, ConfinementRequest, describe_kernel, plan
 from sandbox.bash.confinement import detect as detect_confinement
@@ -686,8 +686,8 @@ async def run_bash(
     else:
         nproc = "rlimit-only(ineffective as root)"
     return ProcessResult(
-        stdout=out.text(),
-        stderr=err.text(),
+        stdout=await decoded(out),
+        stderr=await decoded(err),
         returncode=returncode,
         timed_out=timed_out,
         truncated=bool(out.dropped or err.dropped),
