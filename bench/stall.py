@@ -83,16 +83,20 @@ class LoopWatch:
     def __init__(self) -> None:
         self.max_lag = 0.0
         self.max_step = 0.0
+        self.max_wall_step: tuple[float, str] = (0.0, "")
         self._running = False
         original = asyncio.events.Handle._run
         watch = self
 
         def timed_run(handle: asyncio.Handle) -> None:
-            started = time.thread_time()
+            started, wall = time.thread_time(), time.perf_counter()
             try:
                 original(handle)
             finally:
                 watch.max_step = max(watch.max_step, time.thread_time() - started)
+                wall = time.perf_counter() - wall
+                if wall > watch.max_wall_step[0]:
+                    watch.max_wall_step = (wall, repr(handle)[:160])
 
         asyncio.events.Handle._run = timed_run  # type: ignore[method-assign]
 
@@ -111,10 +115,14 @@ class LoopWatch:
             group.start_soon(self.ticker)
             await anyio.sleep(0.02)
             self.max_lag = self.max_step = 0.0
+            self.max_wall_step = (0.0, "")
             started = time.perf_counter()
             result = await call()
             wall = time.perf_counter() - started
             self._running = False
+        if self.max_wall_step[0] > 0.05:  # which step held the loop (diagnosis)
+            print(f"    longest step {self.max_wall_step[0] * 1000:.0f} ms (wall): "
+                  f"{self.max_wall_step[1]}", file=sys.stderr)
         return self.max_lag * 1000, self.max_step * 1000, wall, _outcome(result)
 
 
@@ -129,22 +137,33 @@ def _outcome(result: dict[str, Any]) -> str:
 
 async def run(names: list[str] | None, files: int, repeat: int) -> list[dict[str, Any]]:
     workspace = Path(tempfile.mkdtemp(prefix="stall-bench-"))
-    policy = BashToolPolicy(no_confirmation_prefixes=("*",), timeout_seconds=300)
-    tool = ExecuteBashTool(workspace=workspace, policy=policy)
     audit = workspace.parent / f"{workspace.name}.audit.jsonl"
-    runner = ToolRunner([tool], audit_path=str(audit))
     watch = LoopWatch()
     ctx = ToolContext(function_call_id="stall",
                       tool_confirmation=ToolConfirmation(confirmed=True))
-    await tool.run_async(args={"command": "true"}, tool_context=ctx)  # warm up
+
+    def fresh() -> ExecuteBashTool:
+        # A new policy and tool for every call: both keep the decisions they made, and
+        # a repeated command would be answered from that memory.
+        policy = BashToolPolicy(no_confirmation_prefixes=("*",), timeout_seconds=300)
+        return ExecuteBashTool(workspace=workspace, policy=policy)
+
+    async def via_tool(command: str) -> dict[str, Any]:
+        return await fresh().run_async(args={"command": command}, tool_context=ctx)
+
+    async def via_runner(command: str) -> dict[str, Any]:
+        tool = fresh()
+        runner = ToolRunner([tool], audit_path=str(audit))
+        return await runner.call(tool.name, {"command": command})
+
+    await via_tool("true")  # warm up
     rows = []
     for name, command in shapes(files).items():
         if names and not any(n.lower() in name.lower() for n in names):
             continue
         paths: list[tuple[str, Callable[[], Awaitable[dict[str, Any]]]]] = [
-            ("run_async", lambda c=command: tool.run_async(args={"command": c},
-                                                          tool_context=ctx)),
-            ("ToolRunner.call", lambda c=command: runner.call(tool.name, {"command": c})),
+            ("run_async", lambda c=command: via_tool(c)),
+            ("ToolRunner.call", lambda c=command: via_runner(c)),
         ]
         for path, call in paths:
             runs = [await watch.measure(call) for _ in range(repeat)]

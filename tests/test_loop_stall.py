@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
@@ -136,3 +137,40 @@ async def test_a_full_tmpdir_is_removed_off_the_event_loop(
     assert [path for path, _ in removed] == [tmpdir]
     assert all(thread != loop_thread for _, thread in removed)
     assert lag < 1.0, f"the event loop stalled {lag:.2f} s"
+
+
+@pytest.mark.anyio
+async def test_large_output_is_decoded_in_slices_with_the_same_text() -> None:
+    # bytes.decode holds the GIL: a thread would not help, slices do. The text is the
+    # one BoundedCapture.text() gives, a character cut at a slice edge included.
+    import random
+
+    from sandbox.bash.capture import _DECODE_SLICE, BoundedCapture, decoded
+
+    rng = random.Random(16)
+    for limit in (0, 100, 3 * _DECODE_SLICE + 5, 8 * _DECODE_SLICE):
+        for pieces in ([b"\xe2\x82\xac" * (_DECODE_SLICE // 3 + 7)],
+                       [rng.randbytes(5 * _DECODE_SLICE), "é😀".encode() * 90_000],
+                       [rng.randbytes(2 * _DECODE_SLICE + 1)]):
+            capture = BoundedCapture(limit)
+            for piece in pieces:
+                capture.feed(piece)
+            assert await decoded(capture) == capture.text()
+
+    capture = BoundedCapture(8 * _DECODE_SLICE)
+    capture.feed(rng.randbytes(8 * _DECODE_SLICE))
+    steps = 0
+    done = False
+
+    async def count() -> None:
+        nonlocal steps
+        while not done:
+            steps += 1
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(count)
+        await anyio.lowlevel.checkpoint()
+        await decoded(capture)
+        done = True
+    assert steps >= 4  # the loop ran other tasks while the output was decoded
