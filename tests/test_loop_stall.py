@@ -174,3 +174,37 @@ async def test_large_output_is_decoded_in_slices_with_the_same_text() -> None:
         await decoded(capture)
         done = True
     assert steps >= 4  # the loop ran other tasks while the output was decoded
+
+
+@pytest.mark.anyio
+async def test_a_large_result_is_json_encoded_in_slices_with_the_same_text() -> None:
+    # The store's JSON of a result with megabytes of output: same text as dump(), built
+    # a slice per loop step.
+    import random
+
+    from sandbox.approval.store.records import Dumped, dump
+    from sandbox.approval.transitions import _SLICE_CHARS, dump_sliced
+
+    rng = random.Random(6)
+    noise = rng.randbytes(3 * _SLICE_CHARS).decode("utf-8", "replace")
+    result = {"stdout": noise, "stderr": "\x1b\u2028\"\\" * _SLICE_CHARS, "returncode": None,
+              "containment": {"rlimits": "inactive", "n": [1, 2.5]}, "truncated": False}
+    assert await dump_sliced({"stdout": "small"}) == {"stdout": "small"}
+    encoded = await dump_sliced(result)
+    assert type(encoded) is Dumped and dump(encoded) == dump(result)
+
+    steps = 0
+    done = False
+
+    async def count() -> None:
+        nonlocal steps
+        while not done:
+            steps += 1
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(count)
+        await anyio.lowlevel.checkpoint()
+        await dump_sliced(result)
+        done = True
+    assert steps >= 4
