@@ -51,7 +51,8 @@ def _fit(unit: str, size: int = 4096, head: str = "", tail: str = "") -> str:
     return head + unit * ((size - len(head) - len(tail)) // len(unit)) + tail
 
 
-def shapes(files: int) -> dict[str, str]:
+def shapes(files: int) -> dict[str, str | tuple[str, str]]:
+    """Shape name -> command, or (a setup command run first, unmeasured; the command)."""
     return {
         "idle (sleep 1)": "sleep 1",
         "parse bomb (x100 )~x1998, 4 KiB": "(" * 100 + ")~" * 1998,
@@ -66,6 +67,8 @@ def shapes(files: int) -> dict[str, str]:
         "nested <( x90": "cat " + "<(" * 90 + "ls" + ")" * 90,
         "nested ( x1000 (refused)": "(" * 1000 + "a" + ")" * 1000,
         "here-doc 64 KiB": "cat <<'EOF'\n" + _fit("$x line\n", 64000) + "EOF\n",
+        "echo a x32000, 64 KiB (allowed)": _fit(" a", 65000, head="echo"),
+        "1 MiB command (over the cap)": _fit("a ", 1 << 20, head="echo "),
         f"{files:,} files left in TMPDIR": (
             f'cd "$TMPDIR" && seq 1 {files} | xargs touch && echo made'),
         "200 MB of output": "head -c 200000000 /dev/zero",
@@ -74,6 +77,9 @@ def shapes(files: int) -> dict[str, str]:
         "2,000 descriptors on the output": (
             'for i in $(seq 10 2010); do eval "exec $i>&1"; done; (sleep 60 &); echo x'),
         "200 background processes": "for i in $(seq 200); do sleep 60 & done; echo started",
+        f"{files // 4:,} dirs in the workspace (next call)": (
+            f"mkdir -p many && cd many && seq 1 {files // 4} | xargs mkdir -p && "
+            "mkdir -p .git/hooks && echo made", "true"),
     }
 
 
@@ -158,9 +164,12 @@ async def run(names: list[str] | None, files: int, repeat: int) -> list[dict[str
 
     await via_tool("true")  # warm up
     rows = []
-    for name, command in shapes(files).items():
+    for name, shape in shapes(files).items():
         if names and not any(n.lower() in name.lower() for n in names):
             continue
+        setup, command = shape if isinstance(shape, tuple) else (None, shape)
+        if setup is not None:
+            await via_tool(setup)
         paths: list[tuple[str, Callable[[], Awaitable[dict[str, Any]]]]] = [
             ("run_async", lambda c=command: via_tool(c)),
             ("ToolRunner.call", lambda c=command: via_runner(c)),
@@ -176,6 +185,7 @@ async def run(names: list[str] | None, files: int, repeat: int) -> list[dict[str
             print(f"  {name:34} {path:16} lag {lag:8.1f} ms  step {step:8.1f} ms  "
                   f"wall {wall:6.2f} s  {outcome}", file=sys.stderr, flush=True)
     audit.unlink(missing_ok=True)
+    subprocess.run(["rm", "-rf", "--", str(workspace)], check=False)
     return rows
 
 

@@ -134,8 +134,8 @@ async def test_a_full_tmpdir_is_removed_off_the_event_loop(
     if not tmpdir.startswith("/") or "sandbox-tmp-" not in tmpdir:
         pytest.skip(f"no private TMPDIR here (confinement off): {result}")
     assert not os.path.exists(tmpdir)
-    assert [path for path, _ in removed] == [tmpdir]
-    assert all(thread != loop_thread for _, thread in removed)
+    ours = [thread for path, thread in removed if path == tmpdir]
+    assert ours and loop_thread not in ours  # (reserved, empty TMPDIRs may go too)
     assert lag < 1.0, f"the event loop stalled {lag:.2f} s"
 
 

@@ -34,7 +34,9 @@ from __future__ import annotations
 import atexit
 import bisect
 import contextlib
+import io
 import os
+import pickle
 import re
 import select
 import struct
@@ -1562,10 +1564,13 @@ def _first_error(root: Node) -> Node:
 # a property test). A command over GUARDED_PARSE_ABOVE bytes, or with many nesting
 # openers, is therefore parsed first by a long-lived worker process: started on the
 # first such command, fed over a pipe, and killed (then started afresh on the next
-# one) when tree-sitter has not finished after ``max_seconds``. Once it has, this
-# process parses the command too (tree-sitter is deterministic: as fast and as
-# safely as it just did there) and walks it, while the worker runs R9's agreement
-# check on its own tree, on another core, and sends back only its verdict.
+# one) when tree-sitter has not finished after ``max_seconds``. Once it has, the
+# worker walks its tree and runs R9's agreement check too, and sends back the whole
+# ParsedScript (pickled; this process unpickles nothing but the model's NamedTuples).
+# Such a command is never parsed in this process: a long parse here, even in a worker
+# thread, holds the GIL for tens of milliseconds at a time (64 KiB of words: single
+# tree-sitter operations, and the walk's regular expressions over the whole source),
+# which is the agent's event loop waiting.
 
 # Above this size a command is parsed in the worker first.
 GUARDED_PARSE_ABOVE = 4096
@@ -1620,33 +1625,45 @@ def _needs_guard(data: bytes) -> bool:
 
 
 def _serve(requests: BinaryIO, replies: BinaryIO) -> None:
-    """The worker's loop: read a command, reply "P" as soon as tree-sitter has parsed
-    it, then R9's verdict on that tree: "N" (none to report: bash agrees, or the
-    tree has a syntax error, which the caller refuses anyway), "A" + the byte and
-    the construct of a disagreement, or "E" + an error. Ends at EOF."""
+    """The worker's loop: read a command (its max_depth, then its UTF-8 bytes), reply
+    "P" as soon as tree-sitter has parsed it, then "S" + the pickled ParsedScript of
+    `_parse_tree` on that tree (walk and R9 included), or "E" + an error. Ends at
+    EOF."""
     replies.write(b"R")
     replies.flush()
     while True:
-        header = requests.read(_LENGTH.size)
-        if len(header) < _LENGTH.size:
+        header = requests.read(_LENGTH.size * 2)
+        if len(header) < _LENGTH.size * 2:
             return
-        (size,) = _LENGTH.unpack(header)
-        data = requests.read(size)
-        if len(data) < size:
+        size, max_depth = _LENGTH.unpack_from(header), _LENGTH.unpack_from(header, 4)
+        data = requests.read(size[0])
+        if len(data) < size[0]:
             return
         root = _parser().parse(data).root_node
         replies.write(b"P")
         replies.flush()
         try:
-            found = None if root.has_error else check_agreement(root, data)
-            if found is None:
-                reply = b"N"
-            else:
-                reply = b"A" + _LENGTH.pack(found.byte) + found.construct.encode("utf-8")
+            script = _parse_tree(data.decode("utf-8"), data, max_depth[0], check_agreement,
+                                 root=root)  # fmt: skip
+            reply = b"S" + pickle.dumps(script, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # a bug: reported to the caller, which fails closed
             reply = b"E" + f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
         replies.write(_LENGTH.pack(len(reply)) + reply)
         replies.flush()
+
+
+# What the worker's reply may hold: this module's model, nothing else (pickle would
+# otherwise build any object a compromised worker named).
+_MODEL = ("Word", "Assignment", "SimpleCommand", "Operator", "Redirect", "Finding",
+          "ParsedScript")  # fmt: skip
+
+
+class _ModelUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> type:
+        if module in (_WORKER_PACKAGE + ".parse", __name__) and name in _MODEL:
+            found: type = globals()[name]
+            return found
+        raise pickle.UnpicklingError(f"the parse worker sent {module}.{name}")
 
 
 def _read(fd: int, size: int, deadline: float) -> bytes | None:
@@ -1682,7 +1699,7 @@ class _ParseWorker:
         assert self.process.stdin is not None and self.process.stdout is not None
         self.requests = self.process.stdin
         self.replies = self.process.stdout.fileno()
-        self.verdict_due = False  # a parsed command's R9 verdict is still to be read
+        self.reply_due = False  # a parsed command's script is still to be read
 
     def ended(self) -> str:
         """Reap the worker after EOF: "crashed" when a signal ended it."""
@@ -1710,11 +1727,11 @@ class _ParseWorker:
             return self.overran()
         return self.ended()
 
-    def parse(self, data: bytes, seconds: float) -> str:
+    def parse(self, data: bytes, max_depth: int, seconds: float) -> str:
         """Send ``data``: "parsed" once tree-sitter is done with it there, or "slow",
         "crashed", "unavailable" (the worker is stopped)."""
         try:
-            self.requests.write(_LENGTH.pack(len(data)) + data)
+            self.requests.write(_LENGTH.pack(len(data)) + _LENGTH.pack(max_depth) + data)
         except OSError:  # it died since the last command
             return self.ended()
         first = _read(self.replies, 1, time.monotonic() + seconds)
@@ -1722,16 +1739,12 @@ class _ParseWorker:
             return self.overran()
         if first != b"P":
             return self.ended()
-        self.verdict_due = True
+        self.reply_due = True
         return "parsed"
 
-    def agreement(self, root: Node, data: bytes) -> Disagreement | None:
-        """R9's verdict on the command last parsed (``root`` and ``data`` are this
-        process's copy of what the worker checked)."""
-        return self.verdict()
-
-    def verdict(self) -> Disagreement | None:
-        self.verdict_due = False
+    def script(self) -> ParsedScript:
+        """The ParsedScript of the command last parsed (walked, R9 checked there)."""
+        self.reply_due = False
         deadline = time.monotonic() + _WORKER_CHECK_SECONDS
         header = _read(self.replies, _LENGTH.size, deadline)
         reply = None
@@ -1742,30 +1755,29 @@ class _ParseWorker:
                 reply = None
         if not reply:
             self.stop()
-            raise RuntimeError("the parse worker ended or stalled while checking R9")
-        if reply[:1] == b"N":
-            return None
-        if reply[:1] == b"A" and len(reply) >= 1 + _LENGTH.size:
-            (byte,) = _LENGTH.unpack_from(reply, 1)
-            return Disagreement(reply[1 + _LENGTH.size :].decode("utf-8", "replace"), byte)
+            raise RuntimeError("the parse worker ended or stalled while walking the command")
+        if reply[:1] == b"S":
+            script = _ModelUnpickler(io.BytesIO(reply[1:])).load()
+            if type(script) is not ParsedScript:
+                self.stop()
+                raise RuntimeError("the parse worker sent something else than a parse")
+            return script
         raise RuntimeError(f"the parse worker failed: {reply[1:].decode('utf-8', 'replace')}")
 
     def settled(self) -> bool:
-        """Whether the worker can take a command: no verdict is left unread, or the
-        one left (nobody asked for it: the walk refused the command first) has
-        arrives within _UNASKED_VERDICT_SECONDS and is read now. One still being
-        computed then (R9 on a tree the walk refused early, say 1,000 nested ${x:-,
-        can take seconds) is not waited for: the caller replaces the worker (~40 ms)
-        instead."""
-        if not self.verdict_due:
+        """Whether the worker can take a command: no reply is left unread (one is only
+        when the caller failed between the parse and its script), or the one left
+        arrives within _UNASKED_VERDICT_SECONDS and is read now; otherwise the caller
+        replaces the worker (~40 ms)."""
+        if not self.reply_due:
             return True
         poller = select.poll()
         poller.register(self.replies, select.POLLIN)
         if not poller.poll(_UNASKED_VERDICT_SECONDS * 1000):
             return False
         try:
-            self.verdict()
-        except RuntimeError:
+            self.script()
+        except (RuntimeError, pickle.UnpicklingError):
             return False
         return True
 
@@ -1953,10 +1965,10 @@ def _parse_general(
         raise ParseOffLoop  # the worker's answer is not waited for on a loop
     with _worker_lock:
         worker = _ready_worker()
-        state = worker if isinstance(worker, str) else worker.parse(data, max_seconds)
+        state = worker if isinstance(worker, str) else worker.parse(data, max_depth, max_seconds)
         if state == "parsed":
             assert isinstance(worker, _ParseWorker)
-            return _parse_tree(source, data, max_depth, worker.agreement, max_seconds)
+            return worker.script()
         _worker = None  # stopped, or never started: the next long command starts one
     if state == "crashed":
         return early(
@@ -1984,16 +1996,18 @@ def _parse_tree(
     max_depth: int,
     agreement: Callable[[Node, bytes], Disagreement | None],
     max_seconds: float = 1.0,
+    root: Node | None = None,
 ) -> ParsedScript:
-    """Parse ``data`` here (within ``max_seconds``) and walk the tree; R9 is asked of
-    ``agreement``."""
+    """Parse ``data`` here (within ``max_seconds``; or take ``root``, its tree) and walk
+    the tree; R9 is asked of ``agreement``."""
     def early(rule: str, message: str, token: str | None = None, at: int = 0) -> ParsedScript:
         return ParsedScript(source, (), (), (), (), (), (Finding(rule, message, token, at),), 0)
 
-    try:
-        root = _parse_bounded(data, max_seconds)
-    except _Cut:
-        return early("R6", _slow_message(max_seconds))
+    if root is None:
+        try:
+            root = _parse_bounded(data, max_seconds)
+        except _Cut:
+            return early("R6", _slow_message(max_seconds))
     controls = _control_positions(source)
     if root.has_error:
         # Fail closed without walking a tree that is partly guesswork.
