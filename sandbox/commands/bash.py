@@ -342,6 +342,8 @@ def _doctor(args: argparse.Namespace) -> int:
     print(f"sandbox doctor — {os.uname().sysname} {os.uname().release}, "
           f"{'root' if report.get('running_as_root') else 'uid ' + str(os.geteuid())}")
     print(f"  whole-tree kill:      {report.get('containment')}")
+    if report.get("containment_detail"):
+        print(f"                        ({report['containment_detail']})")
     for name, info in report.get("mechanisms", {}).items():
         mark = "yes" if info.get("available") else "no "
         print(f"    [{mark}] {name:16} {info.get('detail', '')}")
