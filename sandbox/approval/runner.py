@@ -205,8 +205,11 @@ class ToolRunner:
                                round_=0, opening=True)
 
     async def pending(self) -> list[ConfirmationRequest]:
-        """Confirmation requests waiting for an answer, oldest first."""
-        return await self._transitions.step(self.store.pending)
+        """This runner's session's confirmation requests waiting for an answer, oldest
+        first: the ones it may `resume` (a runner without a session id: the requests
+        made without one). ``store.pending()`` lists every session's."""
+        waiting = await self._transitions.step(self.store.pending)
+        return [req for req in waiting if self._same_session(req)]
 
     async def resume(
         self,
@@ -249,9 +252,13 @@ class ToolRunner:
         if not self._same_session(req):
             # Another session's request was shown with that session's facts (its
             # workspace, its policy); it runs only in a runner of that session.
-            message = (f"confirmation {req.id} belongs to session {req.session_id!r}, not "
-                       f"this runner's {self.session_id!r}; nothing was run. Apply it from "
-                       "a runner of that session")
+            theirs = ("without a session id" if req.session_id is None
+                      else f"in session {req.session_id!r}")
+            mine = ("no session id" if self.session_id is None
+                    else f"session {self.session_id!r}")
+            message = (f"confirmation {req.id} was asked {theirs} and this runner has "
+                       f"{mine}; nothing was run. Apply it from a runner of the session it "
+                       "was asked in (the same session_id, or none)")
             return Judged(req, refusal=NotRun(Status.REJECTED, message, req.call_id),
                           refusal_digest=req.digest)
         text = canonical_json(req.args)
@@ -432,10 +439,11 @@ class ToolRunner:
                            state=outer.state, actions=outer.actions)
 
     def _same_session(self, req: ConfirmationRequest) -> bool:
-        """Whether this runner may apply ``req``: both have a session id only if it is
-        the same one."""
-        return req.session_id is None or self.session_id is None or (
-            req.session_id == self.session_id)
+        """Whether this runner may apply ``req``: the request was made in this runner's
+        session. No session id is a session of its own, never a wildcard: a runner
+        without one applies only requests made without one, and a request made
+        without one is applied by no runner that has one."""
+        return req.session_id == self.session_id
 
     def _tool(self, name: str) -> BaseTool:
         try:

@@ -32,7 +32,7 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sandbox.bash.confinement import Confinement, Prepared, prepare
+from sandbox.bash.confinement import Confinement, Prepared, initial_user_namespace, prepare
 
 __all__ = ["PROLOGUE_FAILED", "ChildSetup", "needs_pid_namespace", "preexec_fn",
            "shell_prologue", "spawn_key", "zygote_preparation", "zygote_request_steps"]
@@ -162,8 +162,12 @@ _CAP_SYS_NICE = 23
 
 @functools.cache
 def _can_raise_priority() -> bool:
-    """Whether this process holds CAP_SYS_NICE (root in a container may not): what a
-    zygote needs to give back the priority it lowered."""
+    """Whether this process holds CAP_SYS_NICE (root in a container may not) in the
+    first user namespace (root of a rootless container holds it in its own only, which
+    does not let it raise a priority): what a zygote needs to give back the priority it
+    lowered."""
+    if not initial_user_namespace():
+        return False
     try:
         with open("/proc/self/status") as f:
             caps = next(line for line in f if line.startswith("CapEff:"))

@@ -1221,8 +1221,15 @@ class BashToolPolicy:
         """Load a policy file. Keys are the field names; sizes may be written as
         ``"512MiB"``; ``false`` means None for an optional limit or the timeout;
         ``[[hardening]]`` tables add rules to the default table (set
-        ``default_hardening = false`` to start from an empty one)."""
-        file = Path(path)
+        ``default_hardening = false`` to start from an empty one).
+
+        ``path`` is a file's path; a bare name given as a string (no ``/``, not ending
+        in ``.toml``) is a policy's name, as in `sandbox.policies.resolve`: a shipped policy or one of
+        ``$SANDBOX_POLICY_PATH``, never a file of the current directory."""
+        from .. import policies
+
+        named = isinstance(path, str) and policies.is_name(path)
+        file = policies.resolve(path) if named else Path(path)
         try:
             text = file.read_text(encoding="utf-8")
         except OSError as exc:

@@ -47,10 +47,18 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
-from sandbox.bash.capture import BoundedCapture, drain_buffered, pump, set_pipe_size
+from sandbox.bash.capture import BoundedCapture, decoded, drain_buffered, pump, set_pipe_size
 from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue, spawn_key
-from sandbox.bash.confinement import Confinement, ConfinementRequest, describe_kernel, plan
+from sandbox.bash.confinement import (
+    Confinement,
+    ConfinementRequest,
+    describe_kernel,
+    initial_user_namespace,
+    namespace_admin,
+    plan,
+)
 from sandbox.bash.confinement import detect as detect_confinement
 from sandbox.bash.containment import MECHANISMS, Tree, availability, choose, open_tree
 from sandbox.bash.network.allowlist import Allowlist
@@ -408,6 +416,19 @@ def _usable_by(path: Path, uid: int, gid: int, need_write: bool) -> bool:
     return st.st_mode & bits == bits
 
 
+def _mapped(kind: str, value: int) -> bool:
+    """Whether `value` is a uid ("uid") or gid ("gid") of this user namespace."""
+    try:
+        with open(f"/proc/self/{kind}_map") as f:
+            for line in f:
+                inside, _outside, count = (int(x) for x in line.split())
+                if inside <= value < inside + count:
+                    return True
+    except (OSError, ValueError):
+        return True  # no user namespaces: every id exists
+    return False
+
+
 def _unprivileged_identity(cwd: str) -> tuple[int, int]:
     """The uid/gid a dropped command runs as: the workspace owner if that is not root
     (so the workspace stays writable), else nobody (then the workspace must be
@@ -425,6 +446,14 @@ def _unprivileged_identity(cwd: str) -> tuple[int, int]:
             uid, gid = entry.pw_uid, entry.pw_gid
         except KeyError:
             uid, gid = NOBODY, NOBODY
+    for kind, value in (("uid", uid), ("gid", gid)):
+        if not _mapped(kind, value):
+            raise ConfigurationError(
+                f"drop_privileges: {kind} {value} does not exist in this user namespace (a "
+                "rootless container that maps only its own ids): root here is an ordinary "
+                "user of the host already; pass drop_privileges=False, or map more ids "
+                "(/etc/subuid, /etc/subgid)"
+            )
     workspace = Path(cwd).resolve()
     for directory in workspace.parents:
         if not _usable_by(directory, uid, gid, need_write=False):
@@ -455,6 +484,20 @@ def _check_rlimits(rlimits: tuple[tuple[int, int], ...]) -> None:
 
 
 # --------------------------------------------------------------------------- running
+
+
+async def _remove_tmpdir(path: str) -> None:
+    """Remove a run's TMPDIR: here when it is empty (one rmdir), else in a worker
+    thread. A command that left 200,000 files in it kept the event loop busy for 9 s
+    when they were removed here."""
+    try:
+        os.rmdir(path)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    await anyio.to_thread.run_sync(remove_tree, path)
 
 
 async def _pump_until_eof(fd: int, capture: BoundedCapture, done: anyio.Event) -> None:
@@ -527,7 +570,15 @@ async def run_bash(
         uid, gid = _unprivileged_identity(workdir)
     confined = confinement is not None and confinement.mode != "none"
     mechanism = choose(containment, shell)
-    if confined and mechanism == "pidns":
+    # A confined run with a private /proc is the first process of a PID namespace of its
+    # own (the spawner forks it so, in a user namespace of its own without CAP_SYS_ADMIN):
+    # the whole tree dies with it. Better than any mechanism but the cgroups (which also
+    # bound the run's processes and memory as a whole).
+    own_pidns = confined and containment in ("auto", "pidns") and mechanism in (
+        "pidns", "subreaper", "killpg") and detect_confinement().has("private-proc")  # fmt: skip
+    if own_pidns:
+        mechanism = "pidns"
+    elif confined and mechanism == "pidns":
         # `unshare --pid` needs the capabilities the confinement has dropped by then.
         if containment != "auto":
             raise ConfigurationError(
@@ -577,8 +628,8 @@ async def run_bash(
             )
         # Not with the egress proxy: its listeners are made at exec time, in the
         # command's own namespace, which a zygote would have made ahead.
-        reservable = tree is None and mechanism in _RESERVABLE and not proxied and (
-            uid is not None or confined or rlimits_via == "preexec_fn")  # fmt: skip
+        reservable = tree is None and (mechanism in _RESERVABLE or own_pidns) and (
+            not proxied) and (uid is not None or confined or rlimits_via == "preexec_fn")
         signature = (mechanism, shell, plan_request, workdir, uid, gid)
         if reservable:
             global _last_signature
@@ -616,7 +667,8 @@ async def run_bash(
                            "of the command's reach; it is the private TMPDIR instead"}  # fmt: skip
         setup = ChildSetup(rlimits=rlimits, uid=uid, gid=gid, confinement=plan_confinement)
         if tree is None:
-            tree = open_tree(mechanism, limit_processes=limited, shell=shell)
+            tree = open_tree(mechanism, limit_processes=limited, shell=shell,
+                             own_pid_namespace=own_pidns)  # fmt: skip
         argv, setup = tree.command([shell, "--norc", "--noprofile", "-c", command], setup)
         # Placement must precede an identity change, which a prologue running in the
         # unprivileged shell cannot do, and Landlock, after which the cgroup files are
@@ -721,7 +773,7 @@ async def run_bash(
                 if tree is not None:
                     await tree.aclose()
                 if tmpdir is not None:
-                    remove_tree(tmpdir)
+                    await _remove_tmpdir(tmpdir)
     if setup_error is not None:
         raise SandboxError(
             f"the spawner could not set up the child process: {setup_error}: moving it "
@@ -737,13 +789,18 @@ async def run_bash(
         nproc = "pids-cgroup"
     elif uid is not None:
         nproc = f"setuid:{uid}"
+    elif (plan_confinement is not None and plan_confinement.new_userns
+          and plan_confinement.private_proc):  # fmt: skip
+        # RLIMIT_NPROC counts per user namespace and uid (Linux 5.14+ ucounts): in the
+        # command's own, it counts the command's processes only.
+        nproc = "rlimit-userns"
     elif os.geteuid() != 0:
         nproc = "rlimit"
     else:
         nproc = "rlimit-only(ineffective as root)"
     return ProcessResult(
-        stdout=out.text(),
-        stderr=err.text(),
+        stdout=await decoded(out),
+        stderr=await decoded(err),
         returncode=returncode,
         timed_out=timed_out,
         truncated=bool(out.dropped or err.dropped),
@@ -880,7 +937,8 @@ def _reserve(signature: tuple[Any, ...], plan_request: ConfinementRequest | None
                     confinement, protections = plan(
                         plan_request, workspace=workdir, tmpdir=tmpdir,
                         drops_to_uid=uid is not None)  # fmt: skip
-                tree = open_tree(mechanism, limit_processes=True, shell=shell)
+                tree = open_tree(mechanism, limit_processes=True, shell=shell,
+                                 own_pid_namespace=mechanism == "pidns")  # fmt: skip
                 made.append(tree)
                 key = ChildSetup(cgroup_procs=tree.placement_files, uid=uid, gid=gid,
                                  confinement=confinement)  # fmt: skip
@@ -997,8 +1055,11 @@ def detect_protections() -> dict[str, Any]:
 
     Probes each mechanism once per process (a few milliseconds; cached).
     """
-    root = os.geteuid() == 0
-    report: dict[str, Any] = {"running_as_root": root}
+    # Root of the machine: uid 0 of the first user namespace. Root of a rootless
+    # container is an ordinary uid to the kernel's RLIMIT_NPROC.
+    root = os.geteuid() == 0 and initial_user_namespace()
+    report: dict[str, Any] = {"running_as_root": os.geteuid() == 0,
+                              "in_user_namespace": not initial_user_namespace()}
     try:
         shell = find_bash()
     except ConfigurationError as e:
@@ -1010,16 +1071,33 @@ def detect_protections() -> dict[str, Any]:
         found = availability(name, shell)
         mechanisms[name] = {"available": found.available, "detail": found.detail}
     report["mechanisms"] = mechanisms
-    report["containment"] = choose("auto", shell)
+    unconfined = choose("auto", shell)
+    kernel = detect_confinement()
+    # What runs really use: a confined run (the default) with a private /proc is the
+    # first process of a PID namespace of its own, which beats all but the cgroups.
+    if unconfined in ("pidns", "subreaper", "killpg") and kernel.has("private-proc"):
+        report["containment"] = "pidns"
+        report["containment_detail"] = (
+            "confined runs: a PID namespace of the command's own, made by the spawner"
+            + ("" if namespace_admin() and initial_user_namespace()
+               else " in a user namespace of the command's own")
+            + f"; runs with confinement='none': {unconfined}")
+    else:
+        report["containment"] = unconfined
+        report["containment_detail"] = f"every run: {unconfined}"
     pids = availability("pids", shell)
     if pids.available:
         nproc = "pids-cgroup"
     elif root:
         nproc = "rlimit-only(ineffective as root)"
+    elif kernel.has("private-proc") and not (namespace_admin() and initial_user_namespace()):
+        # Each command in a user namespace of its own: RLIMIT_NPROC counts its own.
+        nproc = "rlimit-userns"
     else:
         nproc = "rlimit"
     report["max_child_processes"] = {
-        "enforcement": nproc,
+        "enforcement": nproc,  # confined runs (the default)
+        "enforcement_unconfined": nproc if nproc != "rlimit-userns" else "rlimit",
         "pids_cgroup": {"available": pids.available, "detail": pids.detail},
         "with_drop_privileges": "pids-cgroup" if pids.available else "setuid:<uid>",
     }
@@ -1045,7 +1123,9 @@ def detect_protections() -> dict[str, Any]:
         "RLIMIT_FSIZE": raise_again if root else "enforced",
         "RLIMIT_NPROC": "ineffective for root (uid 0 is exempt even without capabilities)"
         if root
-        else "enforced per uid",
+        else "enforced, counting the command's own processes (its own user namespace)"
+        if nproc == "rlimit-userns"
+        else "enforced per uid (counts every process of this uid)",
         "RLIMIT_CORE": "0 whenever a limit is set",
     }
     confinement = describe_kernel()
