@@ -327,3 +327,86 @@ def test_connections_end_with_the_command(shared_workspace: Path) -> None:
     listener.close()
     for c in accepted:
         c.close()
+
+
+# --------------------------------------------------------------------------- asking
+
+
+def _asking_runner(ws: Path, answer: Any, asked: list[dict[str, Any]],
+                   domains: tuple[str, ...] = ("listed.test",)) -> Any:  # fmt: skip
+    from sandbox import CallbackConfirmationProvider, ToolRunner
+
+    async def provider(request: Any) -> Any:
+        asked.append({"tool": request.tool, "args": dict(request.args)})
+        return answer(request) if callable(answer) else answer
+
+    policy = BashToolPolicy(allowed_command_prefixes=("curl",), no_confirmation_prefixes=("curl",),
+                            network="allowlist", ask_for_unlisted_domains=True,
+                            allowed_domains=domains)  # fmt: skip
+    return ToolRunner([ExecuteBashTool(workspace=ws, policy=policy)],
+                      provider=CallbackConfirmationProvider(provider))  # fmt: skip
+
+
+@needs
+def test_an_unlisted_name_is_asked_through_the_runner(shared_workspace: Path, site: int) -> None:
+    port = site
+    asked: list[dict[str, Any]] = []
+    runner = _asking_runner(shared_workspace,
+                            lambda req: req.args["host"] == "yes.test", asked)  # fmt: skip
+    cmd = (f"curl -sS -o /dev/null -w '%{{http_code}} ' http://yes.test:{port}/hello.txt; "
+           f"curl -sS -o /dev/null -w '%{{http_code}}' http://no.test:{port}/hello.txt")
+
+    async def main() -> dict[str, Any]:
+        with _names({"yes.test": ["127.0.0.1"], "no.test": ["127.0.0.1"]}):
+            # The human approves yes.test for this connection; the address is still
+            # checked: loopback needs an entry that names it.
+            return await runner.call("execute_bash", {"command": cmd}, call_id="c1")
+
+    r = asyncio.run(main())
+    assert [a["tool"] for a in asked] == ["network", "network"], r["error"]
+    assert {a["args"]["host"] for a in asked} == {"yes.test", "no.test"}
+    assert all(a["args"]["command"] == cmd and a["args"]["port"] == port for a in asked)
+    assert r["stdout"] == "403 403", r  # yes.test resolves to loopback, which no entry names
+    denied = {d["destination"]: d["reason"] for d in r["network"]["denied"]}
+    assert "127.0.0.1 (loopback)" in denied[f"yes.test:{port}"]
+    assert "not in allowed_domains" in denied[f"no.test:{port}"]
+
+
+@needs
+def test_an_approved_name_goes_through_and_session_answers_are_remembered(
+    shared_workspace: Path, site: int
+) -> None:
+    from sandbox import Decision
+
+    port = site
+    asked: list[dict[str, Any]] = []
+    # A human's yes covers the name; the loopback address it resolves to is named by
+    # an entry (as a public address would need none).
+    runner = _asking_runner(shared_workspace, Decision.approve(scope="session"), asked,
+                            ("listed.test", f"127.0.0.1:{port}"))  # fmt: skip
+    cmd = f"curl -sS http://asked.test:{port}/hello.txt"
+
+    async def main() -> list[dict[str, Any]]:
+        with _names({"asked.test": ["127.0.0.1"]}):
+            first = await runner.call("execute_bash", {"command": cmd}, call_id="c1")
+            second = await runner.call("execute_bash", {"command": cmd + " -o /dev/null"},
+                                       call_id="c2")  # fmt: skip
+            return [first, second]
+
+    first, second = asyncio.run(main())
+    assert first["stdout"] == "hello from the listed host\n", first
+    assert second["returncode"] == 0 and second["network"]["allowed"], second
+    assert len(asked) == 1  # the session answer covered the second connection
+
+
+@needs
+def test_without_a_provider_an_unlisted_name_is_refused(shared_workspace: Path, site: int) -> None:
+    from sandbox import ToolRunner
+
+    policy = BashToolPolicy(allowed_command_prefixes=("curl",), no_confirmation_prefixes=("curl",),
+                            network="allowlist", ask_for_unlisted_domains=True,
+                            allowed_domains=("listed.test",))  # fmt: skip
+    runner = ToolRunner([ExecuteBashTool(workspace=shared_workspace, policy=policy)])
+    r = asyncio.run(runner.call("execute_bash", {
+        "command": f"curl -sS -o /dev/null -w '%{{http_code}}' http://localhost:{site}/"}))
+    assert r["stdout"] == "403"

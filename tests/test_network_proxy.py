@@ -410,3 +410,4 @@ def test_a_thousand_connections_at_once(site: tuple[Path, int]) -> None:
                 break
             time.sleep(0.2)
         assert r.stdout.startswith("hello"), r.stderr
+

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import fcntl
 import os
 import pwd
 import resource
@@ -707,10 +708,15 @@ async def run_bash(
             if proxy_ready and child_setup is not None and child_setup.confinement is not None:
                 # The child hands the proxy's listeners over from inside its namespace.
                 channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-                extra_fds = (theirs.fileno(),)
+                # A passed descriptor keeps its number in the child, where the spawner's
+                # own descriptors (the prepared Landlock rules' paths among them) hold
+                # the low numbers: a number from the top of the range clashes with none.
+                high = _high_descriptor(theirs.fileno())
+                theirs.close()
+                extra_fds = (high,)
                 spawn_setup = replace(child_setup, confinement=replace(
                     child_setup.confinement, proxy_ports=(HTTP_PORT, SOCKS_PORT),
-                    proxy_channel=theirs.fileno()))  # fmt: skip
+                    proxy_channel=high))  # fmt: skip
             try:
                 process = BashProcess.spawn(
                     argv, cwd=workdir, env=env, setup=spawn_setup,
@@ -813,6 +819,14 @@ async def run_bash(
         protections=protections,
         network=network_report if proxied else None,
     )
+
+
+def _high_descriptor(fd: int) -> int:
+    """A close-on-exec duplicate of ``fd`` numbered at least 3/4 of the way up to the
+    descriptor limit (at most 1000), so that it is free in the spawner's child too."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    floor = min(1000, max(64, soft * 3 // 4)) if soft != resource.RLIM_INFINITY else 1000
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor)
 
 
 # --------------------------------------------------------------------------- reservation

@@ -211,9 +211,10 @@ class ExecuteBashTool(BaseTool):
                 return {"error": "This tool call requires confirmation, please approve or reject."}
         if confirmation is not None and not confirmation.confirmed:
             return {"error": "This tool call is rejected."}
-        return await self._run(command, self._network_access(tool_context))
+        return await self._run(command, self._network_access(tool_context, command))
 
-    def _network_access(self, tool_context: ToolContext | None) -> NetworkAccess | None:
+    def _network_access(self, tool_context: ToolContext | None, command: str = ""
+                        ) -> NetworkAccess | None:  # fmt: skip
         """network="allowlist": the allowlist, and a way to ask about an unlisted name
         when the policy says so and the runner offers one (ToolContext.ask_network)."""
         if self.policy.network != "allowlist":
@@ -221,7 +222,11 @@ class ExecuteBashTool(BaseTool):
         asker = getattr(tool_context, "ask_network", None)
         if not self.policy.ask_for_unlisted_domains or asker is None:
             return NetworkAccess(self._allowlist)
-        return NetworkAccess(self._allowlist, ask=asker)
+
+        async def ask(host: str, port: int) -> bool:
+            return bool(await asker(host, port, command))
+
+        return NetworkAccess(self._allowlist, ask=ask)
 
     async def _run(self, command: str, network: NetworkAccess | None = None) -> dict[str, Any]:
         env = dict(self.policy.env)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import ipaddress
 import os
 import socket
@@ -286,12 +287,20 @@ class EgressProxy:
                 raise
             task = asyncio.create_task(self._serve(att, conn))
             att._tasks.add(task)
-            task.add_done_callback(att._tasks.discard)
+            task.add_done_callback(functools.partial(self._served, att, conn))
+
+    def _served(self, att: Attachment, conn: socket.socket, task: asyncio.Task[None]) -> None:
+        """When a connection's task is done, also one cancelled before it ever ran:
+        its slots come back and its socket is closed."""
+        att._tasks.discard(task)
+        conn.close()
+        assert self._slots is not None and att._slots is not None
+        self._slots.release()
+        att._slots.release()
 
     # ------------------------------------------------------------------ one connection
 
     async def _serve(self, att: Attachment, conn: socket.socket) -> None:
-        assert self._slots is not None and att._slots is not None
         upstream: socket.socket | None = None
         try:
             conn.setblocking(False)
@@ -315,8 +324,6 @@ class EgressProxy:
             if upstream is not None:
                 upstream.close()
             conn.close()
-            self._slots.release()
-            att._slots.release()
 
     async def _read_head(self, conn: socket.socket, first: bytes) -> tuple[bytes, bytes]:
         loop = asyncio.get_running_loop()
