@@ -151,19 +151,21 @@ def test_words_built_on_the_fast_paths_have_every_field() -> None:
                 assert len(word) == len(Word._fields) and word == Word(*word), word
 
 
-def test_a_verdict_nobody_asked_for_is_read_or_its_worker_replaced() -> None:
-    # The walk refuses 1,000 nested ( at once and R9's verdict arrives soon after:
-    # the worker is kept. R9 on 1,000 nested ${x:- takes seconds: the next long
-    # command does not wait for it, it gets a new worker.
+def test_a_reply_nobody_read_is_read_or_its_worker_replaced() -> None:
+    # The worker walks the command and runs R9 only when the walk refused nothing: R9
+    # on 1,000 nested ${x:- (seconds) is never run, and the worker is kept.
     deep = "(" * 1000 + "a" + ")" * 1000
     assert "nesting deeper" in parse(deep).findings[0].message
     kept = parse_module._worker
     assert parse("echo " + "a " * 3000).findings == ()
     assert parse_module._worker is kept
     slow_r9 = "${x:-" * 1000 + "}" * 1000
-    assert "nesting deeper" in parse(slow_r9).findings[0].message
     started = time.perf_counter()
+    assert "nesting deeper" in parse(slow_r9).findings[0].message
     assert parse("echo " + "b " * 3000).findings == ()
     assert time.perf_counter() - started < 1.0
-    assert parse_module._worker is not kept
-    assert kept is not None and kept.process.returncode is not None  # stopped and reaped
+    assert parse_module._worker is kept
+    # A caller that failed between the parse and its script left a reply unread: the
+    # next command reads it (or replaces the worker), never takes it for its own.
+    assert kept is not None and kept.parse(("echo " + "c " * 3000).encode(), 100, 5.0) == "parsed"
+    assert parse("echo " + "d " * 3000).commands[0].argv[1] == "d"

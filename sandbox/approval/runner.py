@@ -18,6 +18,8 @@ and become the contract's dicts at this boundary. A tool may also ask from insid
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -40,6 +42,7 @@ from .consult import Failure, consult
 from .execute import AskedInside, Execution
 from .grants import Ended, Grants, Next
 from .models import ConfirmationRequest, Decision, canonical_json, digest_of
+from .network import NETWORK_TOOL, NetworkAccessTool
 from .plan import Plan, plan
 from .providers import ConfirmationProvider, fixed_answer, parse_answer
 from .results import Awaiting, NotRun, Status
@@ -149,6 +152,7 @@ class ToolRunner:
         self._grants = Grants(self._transitions, channel=getattr(provider, "name", None),
                               rule_session=self.rule_session)
         self._execution = Execution(self._transitions)
+        self._network_tool: NetworkAccessTool | None = None
         if self.store.blocking:  # a store shared with other processes: report their dead
             self._transitions.report_in_doubt(self.store.in_doubt())
 
@@ -167,7 +171,10 @@ class ToolRunner:
         same arguments returns the recorded outcome (``"replayed": True``) and never runs
         the tool again; with other arguments it raises `DuplicateCallError`.
         """
-        tool = self._tool(name)
+        return await self._call(self._tool(name), name, args, call_id)
+
+    async def _call(self, tool: BaseTool, name: str, args: dict[str, Any] | None,
+                    call_id: str | None) -> dict[str, Any]:  # fmt: skip
         call_id = call_id or new_call_id()
         if not isinstance(call_id, str) or not 0 < len(call_id) <= MAX_CALL_ID:
             raise ConfigurationError(
@@ -212,8 +219,11 @@ class ToolRunner:
                                round_=0, opening=True)
 
     async def pending(self) -> list[ConfirmationRequest]:
-        """Confirmation requests waiting for an answer, oldest first."""
-        return await self._transitions.step(self.store.pending)
+        """This runner's session's confirmation requests waiting for an answer, oldest
+        first: the ones it may `resume` (a runner without a session id: the requests
+        made without one). ``store.pending()`` lists every session's."""
+        waiting = await self._transitions.step(self.store.pending)
+        return [req for req in waiting if self._same_session(req)]
 
     async def resume(
         self,
@@ -256,9 +266,13 @@ class ToolRunner:
         if not self._same_session(req):
             # Another session's request was shown with that session's facts (its
             # workspace, its policy); it runs only in a runner of that session.
-            message = (f"confirmation {req.id} belongs to session {req.session_id!r}, not "
-                       f"this runner's {self.session_id!r}; nothing was run. Apply it from "
-                       "a runner of that session")
+            theirs = ("without a session id" if req.session_id is None
+                      else f"in session {req.session_id!r}")
+            mine = ("no session id" if self.session_id is None
+                    else f"session {self.session_id!r}")
+            message = (f"confirmation {req.id} was asked {theirs} and this runner has "
+                       f"{mine}; nothing was run. Apply it from a runner of the session it "
+                       "was asked in (the same session_id, or none)")
             return Judged(req, refusal=NotRun(Status.REJECTED, message, req.call_id),
                           refusal_digest=req.digest)
         text = canonical_json(req.args)
@@ -693,15 +707,39 @@ class ToolRunner:
         same one, as in ADK (state a predicate writes is there when the tool runs)."""
         outer = OUTER_CALL.get()
         if outer is None:
-            return ToolContext(function_call_id=call_id, session_id=self.session_id)
-        return ToolContext(function_call_id=call_id, session_id=self.session_id,
-                           state=outer.state, actions=outer.actions)
+            ctx = ToolContext(function_call_id=call_id, session_id=self.session_id)
+        else:
+            ctx = ToolContext(function_call_id=call_id, session_id=self.session_id,
+                              state=outer.state, actions=outer.actions)
+        if self.provider is not None:
+            # A bash command under network="allowlist" asks here about a name nobody
+            # listed (sandbox/approval/network.py); without a provider it is refused.
+            ctx.ask_network = functools.partial(self._ask_network, call_id)
+        return ctx
+
+    async def _ask_network(self, call_id: str, host: str, port: int, command: str) -> bool:
+        """Whether a human (or a remembered rule) lets the command of call ``call_id``
+        connect to host:port: a call of the ``network`` tool through this gate, with its
+        own call id, so each (call, destination) is asked once and recorded."""
+        tool = self._network_tool
+        if tool is None:
+            tool = self._network_tool = NetworkAccessTool()
+        digest = hashlib.sha256(f"{host}:{port}".encode()).hexdigest()[:16]
+        ask_id = f"{call_id[: MAX_CALL_ID - 30]}/network/{digest}"
+        try:
+            result = await self._call(tool, NETWORK_TOOL,
+                                      {"host": host, "port": port, "command": command},
+                                      ask_id)  # fmt: skip
+        except Exception:  # the gate failed: the connection is refused, the run goes on
+            return False
+        return isinstance(result, dict) and result.get("allowed") is True
 
     def _same_session(self, req: ConfirmationRequest) -> bool:
-        """Whether this runner may apply ``req``: both have a session id only if it is
-        the same one."""
-        return req.session_id is None or self.session_id is None or (
-            req.session_id == self.session_id)
+        """Whether this runner may apply ``req``: the request was made in this runner's
+        session. No session id is a session of its own, never a wildcard: a runner
+        without one applies only requests made without one, and a request made
+        without one is applied by no runner that has one."""
+        return req.session_id == self.session_id
 
     def _tool(self, name: str) -> BaseTool:
         try:

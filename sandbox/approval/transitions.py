@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import Any, TypeVar
+
+import anyio.lowlevel
 
 from ..audit import AuditLog
 from ..errors import (
@@ -32,6 +35,7 @@ from .providers import recorded_form
 from .results import NotRun, Status
 from .rules import Rule, RuleBook
 from .store import ApprovalStore, CallRecord
+from .store.records import DUMP_ENCODER, Dumped
 
 T = TypeVar("T")
 
@@ -230,8 +234,10 @@ class Transitions:
 
     async def finish(self, call: Call, result: dict[str, Any]) -> None:
         """Record the end of a call that ran."""
+        encoded = await dump_sliced(result)
+
         def step() -> None:
-            self.store.finish(call.call_id, "done", result)
+            self.store.finish(call.call_id, "done", encoded)
             if call.audited:
                 self.audit.emit("tool.finished", tool=call.name, call_id=call.call_id,
                                 digest=call.digest, error=result.get("error"))
@@ -501,3 +507,32 @@ def _args_diff(old: dict[str, Any], new: dict[str, Any], new_digest: str) -> dic
         "removed": {k: old[k] for k in sorted(old.keys() - new.keys())},
         "new_digest": new_digest,
     }
+
+
+# JSON-encoding a result is C work that holds the GIL (a worker thread would not free
+# the event loop): two megabytes of a command's invalid UTF-8 output took ~30 ms of CPU
+# in one step. A result whose strings are this long is encoded a slice per step.
+_SLICE_CHARS = 128 << 10
+
+
+async def dump_sliced(result: Any) -> Any:
+    """``result``, or for a dict holding long strings, the `Dumped` text the store's
+    `dump` would make of it (the same text), built _SLICE_CHARS characters per loop
+    step."""
+    if type(result) is not dict or sum(
+            len(v) for v in result.values() if type(v) is str) <= _SLICE_CHARS:
+        return result
+    if not all(type(k) is str for k in result):
+        return result
+    parts: list[str] = []
+    for key, value in result.items():
+        if type(value) is str and len(value) > _SLICE_CHARS:
+            pieces = []
+            for start in range(0, len(value), _SLICE_CHARS):
+                pieces.append(encode_basestring(value[start:start + _SLICE_CHARS])[1:-1])
+                await anyio.lowlevel.checkpoint()
+            text = '"' + "".join(pieces) + '"'
+        else:
+            text = DUMP_ENCODER.encode(value)
+        parts.append(f"{encode_basestring(key)}: {text}")
+    return Dumped("{" + ", ".join(parts) + "}")

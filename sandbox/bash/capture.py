@@ -9,6 +9,7 @@ the memory held stays constant however much the child writes.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import fcntl
 import os
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 import anyio
 import anyio.lowlevel
 
-__all__ = ["READ_CHUNK", "BoundedCapture", "drain_buffered", "pump", "set_pipe_size"]
+__all__ = ["READ_CHUNK", "BoundedCapture", "decoded", "drain_buffered", "pump", "set_pipe_size"]
 
 # One read is at most this large. It matches the pipe size requested by the process
 # layer (`F_SETPIPE_SZ`), so a full pipe is emptied by one `readv` and one wakeup.
@@ -80,6 +81,39 @@ class BoundedCapture:
             + f"\n…[{dropped} bytes omitted]…\n"
             + self._tail.decode("utf-8", "replace")
         )
+
+
+# Decoding is C work that holds the GIL (a worker thread would not free the event loop):
+# a megabyte of invalid UTF-8 takes ~15 ms of CPU, and max_output_bytes may be larger.
+# `decoded` takes a large capture this many bytes at a time, yielding to the loop
+# between slices.
+_DECODE_SLICE = 128 << 10
+
+
+async def decoded(capture: BoundedCapture) -> str:
+    """`capture.text()` (the same string), decoded in slices with a checkpoint between
+    them, so that no step of the event loop decodes more than _DECODE_SLICE bytes."""
+    if len(capture._head) + len(capture._tail) <= _DECODE_SLICE:
+        return capture.text()
+    dropped = capture.dropped
+    if dropped == 0:
+        return await _decode_sliced(bytes(capture._head) + bytes(capture._tail))
+    head = await _decode_sliced(capture._head)
+    tail = await _decode_sliced(capture._tail)
+    return head + f"\n…[{dropped} bytes omitted]…\n" + tail
+
+
+async def _decode_sliced(data: bytes | bytearray) -> str:
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    parts: list[str] = []
+    with memoryview(data) as view:
+        for start in range(0, len(view), _DECODE_SLICE):
+            end = start + _DECODE_SLICE
+            parts.append(decoder.decode(view[start:end], final=end >= len(view)))
+            await anyio.lowlevel.checkpoint()
+    if not parts:
+        parts.append(decoder.decode(b"", final=True))
+    return "".join(parts)
 
 
 def set_pipe_size(fd: int) -> None:

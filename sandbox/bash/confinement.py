@@ -81,7 +81,7 @@ __all__ = [
 ]
 
 FILESYSTEM_MODES = ("read-write", "read-only")
-NETWORK_MODES = ("none", "loopback", "host")
+NETWORK_MODES = ("none", "loopback", "allowlist", "host")
 CONFINEMENT_MODES = ("best-effort", "required", "none")
 LAYERS = (
     "landlock-fs",
@@ -186,6 +186,11 @@ class Confinement:
     no_new_privs: bool = True
     new_netns: bool = False
     loopback_up: bool = False
+    # network="allowlist": once lo is up, listen on these 127.0.0.1 ports inside the
+    # namespace and hand the listeners to the agent's egress proxy over proxy_channel
+    # (a descriptor the child inherits; see sandbox/bash/network/handover.py).
+    proxy_ports: tuple[int, ...] = ()
+    proxy_channel: int = -1
     new_userns: bool = False
     private_proc: bool = False
     hide_etc_secrets: bool = False
@@ -485,8 +490,11 @@ def plan(
     (write_paths if ws_rights == "read-write" else read_paths).append(workspace)
     use_netns = request.network != "host" and kernel.has("netns")
     # Without a namespace of its own, "loopback" would be the host's: deny TCP instead.
+    # Without a namespace of its own, "loopback" would be the host's and "allowlist"
+    # would have no proxy inside: deny TCP instead.
     landlock_net = kernel.has("landlock-net") and (
-        request.network == "none" or (request.network == "loopback" and not use_netns)
+        request.network == "none"
+        or (request.network in ("loopback", "allowlist") and not use_netns)
     )
     confinement = Confinement(
         read_paths=tuple(read_paths),
@@ -503,7 +511,7 @@ def plan(
         drop_capabilities=kernel.has("capabilities"),
         no_new_privs=kernel.has("no-new-privs"),
         new_netns=use_netns,
-        loopback_up=use_netns and request.network == "loopback",
+        loopback_up=use_netns and request.network in ("loopback", "allowlist"),
         new_userns=(use_netns or private_proc) and (
             not admin or (not _can_setns_back() and not drops_to_uid)),
         private_proc=private_proc,
@@ -528,9 +536,9 @@ def plan(
         say("landlock-net", False, "network='host' in the policy")
     elif landlock_net:
         say("landlock-net", True, f"ABI {abi}; TCP bind and connect denied")
-    elif request.network == "loopback":
-        say("landlock-net", False, "not needed: network='loopback' uses a private "
-            "network namespace")  # fmt: skip
+    elif request.network in ("loopback", "allowlist"):
+        say("landlock-net", False, f"not needed: network='{request.network}' uses a "
+            "private network namespace")  # fmt: skip
     else:
         say("landlock-net", False, kernel.missing.get("landlock-net", "not requested"))
     if confinement.landlock_scopes:
@@ -563,6 +571,9 @@ def plan(
         say("netns", False, "network='host' in the policy")
     elif use_netns:
         what = ("private, lo up" if request.network == "loopback"
+                else "private, lo up, only the egress proxy's ports 3128 (HTTP) and 1080 "
+                "(SOCKS5) listening: names are checked against allowed_domains"
+                if request.network == "allowlist"
                 else "empty (lo down)" + (", shared by the commands of this agent"
                                           if _shared_netns(confinement) else ""))  # fmt: skip
         say("netns", True, what + (" in a user namespace of its own"
@@ -1455,6 +1466,26 @@ def empty_network_namespace() -> int:
         return _empty_net_ns
 
 
+def send_proxy_listeners(channel: int, ports: tuple[int, ...]) -> None:
+    """In the command's child, inside its own network namespace with lo up: listen on
+    127.0.0.1:PORT for each port, send the listeners to the agent's egress proxy over
+    ``channel`` (SCM_RIGHTS) and close every copy here (sandbox/bash/network/handover.py
+    says why)."""
+    listeners = []
+    try:
+        for port in ports:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listeners.append(s)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            s.listen(128)
+        with socket.socket(fileno=channel) as ch:
+            socket.send_fds(ch, [b"ok"], [s.fileno() for s in listeners])
+    finally:
+        for s in listeners:
+            s.close()
+
+
 def _shared_netns(c: Confinement) -> bool:
     """Whether the command joins the one empty network namespace of this process: made
     by this thread, which then moves back with `setns`, which only root of the first
@@ -1562,6 +1593,8 @@ class Prepared:
                 fcntl.ioctl(s.fileno(), _SIOCSIFFLAGS, self._ifreq)
             finally:
                 s.close()
+            if c.proxy_channel >= 0:
+                send_proxy_listeners(c.proxy_channel, c.proxy_ports)
         if c.private_proc:
             self._private_proc()
 

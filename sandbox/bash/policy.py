@@ -545,6 +545,34 @@ def _limit(name: str, value: object, *, optional: bool, maximum: int | None = No
         raise ConfigurationError(f"{name}={value!r} is invalid: it must be at most {maximum}.")
 
 
+def _allowed_domains(policy: BashToolPolicy) -> tuple[str, ...]:
+    """allowed_domains as a tuple, every entry checked (a bad one is named)."""
+    from .network.allowlist import Allowlist
+
+    entries = policy.allowed_domains
+    if isinstance(entries, list):
+        entries = tuple(entries)
+    Allowlist.parse(entries)
+    if not isinstance(policy.ask_for_unlisted_domains, bool):
+        raise ConfigurationError(
+            f"ask_for_unlisted_domains={policy.ask_for_unlisted_domains!r} is invalid: use "
+            "True or False."
+        )
+    if policy.network != "allowlist" and (entries or policy.ask_for_unlisted_domains):
+        what = "allowed_domains" if entries else "ask_for_unlisted_domains"
+        raise ConfigurationError(
+            f"{what} is set but network={policy.network!r}: domains are only let through "
+            "with network='allowlist'. Set network='allowlist', or remove " + what + "."
+        )
+    if policy.network == "allowlist" and not entries and not policy.ask_for_unlisted_domains:
+        raise ConfigurationError(
+            "network='allowlist' with no allowed_domains and ask_for_unlisted_domains=False "
+            "lets nothing through: list the names (e.g. allowed_domains=('pypi.org', "
+            "'*.pythonhosted.org')), or use network='none'."
+        )
+    return entries
+
+
 @dataclass(frozen=True)
 class BashToolPolicy:
     """Which bash commands an agent may run, and the limits they run under.
@@ -591,9 +619,14 @@ class BashToolPolicy:
     writable_paths: tuple[str, ...] = ()
     network: str = "none"
     confinement: str = "best-effort"
+    # network="allowlist": the names a command may reach through the egress proxy
+    # (sandbox/bash/network/), and whether an unlisted one is asked for.
+    allowed_domains: tuple[str, ...] = ()
+    ask_for_unlisted_domains: bool = False
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+        set_(self, "allowed_domains", _allowed_domains(self))
         for name in ("readable_paths", "writable_paths"):
             set_(self, name, _tuple_of_str(name, getattr(self, name), "('/opt/tools',)",
                                            blank_ok=True))  # fmt: skip
@@ -1203,8 +1236,15 @@ class BashToolPolicy:
         """Load a policy file. Keys are the field names; sizes may be written as
         ``"512MiB"``; ``false`` means None for an optional limit or the timeout;
         ``[[hardening]]`` tables add rules to the default table (set
-        ``default_hardening = false`` to start from an empty one)."""
-        file = Path(path)
+        ``default_hardening = false`` to start from an empty one).
+
+        ``path`` is a file's path; a bare name given as a string (no ``/``, not ending
+        in ``.toml``) is a policy's name, as in `sandbox.policies.resolve`: a shipped policy or one of
+        ``$SANDBOX_POLICY_PATH``, never a file of the current directory."""
+        from .. import policies
+
+        named = isinstance(path, str) and policies.is_name(path)
+        file = policies.resolve(path) if named else Path(path)
         try:
             text = file.read_text(encoding="utf-8")
         except OSError as exc:

@@ -30,24 +30,27 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import fcntl
 import os
 import pwd
 import resource
 import shutil
 import signal
+import socket
 import stat
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
-from sandbox.bash.capture import BoundedCapture, drain_buffered, pump, set_pipe_size
+from sandbox.bash.capture import BoundedCapture, decoded, drain_buffered, pump, set_pipe_size
 from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue, spawn_key
 from sandbox.bash.confinement import (
     Confinement,
@@ -59,12 +62,26 @@ from sandbox.bash.confinement import (
 )
 from sandbox.bash.confinement import detect as detect_confinement
 from sandbox.bash.containment import MECHANISMS, Tree, availability, choose, open_tree
+from sandbox.bash.network.allowlist import Allowlist
+from sandbox.bash.network.handover import receive_listeners
+from sandbox.bash.network.proxy import (
+    HTTP_PORT,
+    SOCKS_PORT,
+    Attachment,
+    proxy_environment,
+    shared_proxy,
+)
 from sandbox.bash.spawner import STALE, SpawnedProcess, Spawner, SpawnerError, remove_tree
 from sandbox.errors import ConfigurationError, SandboxError
+
+# How long the child may take to hand the proxy's listeners over (its set-up, before
+# exec: milliseconds unless the machine is overloaded).
+_HANDOVER_SECONDS = 30.0
 
 __all__ = [
     "BashProcess",
     "Limits",
+    "NetworkAccess",
     "ProcessResult",
     "detect_protections",
     "find_bash",
@@ -169,6 +186,19 @@ class ProcessResult:
     killed_processes: int
     nproc_enforcement: str | None
     protections: dict[str, str] | None = None
+    # network="allowlist": what the egress proxy let through and refused for this run
+    # ({"allowed": [{"destination", "connections"}], "denied": [... "reason"]}).
+    network: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class NetworkAccess:
+    """What network="allowlist" needs at run time: the parsed allowed_domains, and how
+    to ask about a name nobody listed (None: refuse it). ``ask(host, port)`` is awaited
+    on the caller's loop."""
+
+    allowlist: Allowlist
+    ask: Callable[[str, int], Awaitable[bool]] | None = None
 
 
 # --------------------------------------------------------------------------- spawning
@@ -457,6 +487,20 @@ def _check_rlimits(rlimits: tuple[tuple[int, int], ...]) -> None:
 # --------------------------------------------------------------------------- running
 
 
+async def _remove_tmpdir(path: str) -> None:
+    """Remove a run's TMPDIR: here when it is empty (one rmdir), else in a worker
+    thread. A command that left 200,000 files in it kept the event loop busy for 9 s
+    when they were removed here."""
+    try:
+        os.rmdir(path)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    await anyio.to_thread.run_sync(remove_tree, path)
+
+
 async def _pump_until_eof(fd: int, capture: BoundedCapture, done: anyio.Event) -> None:
     try:
         await pump(fd, capture)
@@ -478,6 +522,7 @@ async def run_bash(
     containment: str = "auto",
     rlimits_via: str = "preexec_fn",
     confinement: ConfinementRequest | None = None,
+    network: NetworkAccess | None = None,
 ) -> ProcessResult:
     """Run `bash --norc --noprofile -c command` and return what happened.
 
@@ -494,7 +539,8 @@ async def run_bash(
     confined run gets a private temporary directory (TMPDIR, removed afterwards) and
     is set up entirely by a preexec_fn: the cgroup placement must precede Landlock.
     Raises confinement.ConfinementUnavailable when it is "required" and the kernel
-    lacks a layer.
+    lacks a layer. network: with confinement.network == "allowlist", the names the
+    agent's egress proxy lets through (sandbox/bash/network/).
 
     Raises ConfigurationError for a missing workspace, a missing bash, a forbidden env
     variable or an unusable limit; OSError if the kernel refuses the spawn. When the
@@ -550,6 +596,8 @@ async def run_bash(
 
     tmpdir: str | None = None
     protections: dict[str, str] | None = None
+    attachment: Attachment | None = None
+    network_report: dict[str, Any] | None = None
     limited = limits.max_child_processes is not None
     # The subreaper's supervisor needs its cgroups granted: that tree comes first.
     tree = open_tree(mechanism, limit_processes=limited, shell=shell) if (
@@ -573,8 +621,16 @@ async def run_bash(
         # A run set up in the child (all of it, below, once it takes a reservation)
         # can take a run reserved ahead (its tree and TMPDIR), whose zygote has set
         # itself up for it already; not one that asked for its rlimits in a prologue.
+        proxied = plan_request is not None and plan_request.network == "allowlist"
+        if proxied and network is None:
+            raise ConfigurationError(
+                "network='allowlist' needs the allowed names: pass network=NetworkAccess("
+                "Allowlist.parse([...])) to run_bash (ExecuteBashTool does)"
+            )
+        # Not with the egress proxy: its listeners are made at exec time, in the
+        # command's own namespace, which a zygote would have made ahead.
         reservable = tree is None and (mechanism in _RESERVABLE or own_pidns) and (
-            uid is not None or confined or rlimits_via == "preexec_fn")  # fmt: skip
+            not proxied) and (uid is not None or confined or rlimits_via == "preexec_fn")
         signature = (mechanism, shell, plan_request, workdir, uid, gid)
         if reservable:
             global _last_signature
@@ -594,6 +650,9 @@ async def run_bash(
                 )
         if tmpdir is not None:
             env = {**env, "TMPDIR": tmpdir}
+        proxy_ready = proxied and plan_confinement is not None and plan_confinement.loopback_up
+        if proxy_ready:
+            env = {**env, **proxy_environment()}
         home = env.get("HOME")
         if (
             plan_confinement is not None
@@ -642,11 +701,26 @@ async def run_bash(
         # prepared from changed since (/etc, a workspace made again): it runs nothing
         # and says so, and the command goes through the spawner instead. Not with
         # descriptors to pass (the subreaper's), which are ours only once.
-        offer = not tree.pass_fds
+        offer = not tree.pass_fds and not proxy_ready
         for attempt in (1, 2):
+            channel: socket.socket | None = None
+            spawn_setup, extra_fds = child_setup, tuple[int, ...]()
+            if proxy_ready and child_setup is not None and child_setup.confinement is not None:
+                # The child hands the proxy's listeners over from inside its namespace.
+                channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                # A passed descriptor keeps its number in the child, where the spawner's
+                # own descriptors (the prepared Landlock rules' paths among them) hold
+                # the low numbers: a number from the top of the range clashes with none.
+                high = _high_descriptor(theirs.fileno())
+                theirs.close()
+                extra_fds = (high,)
+                spawn_setup = replace(child_setup, confinement=replace(
+                    child_setup.confinement, proxy_ports=(HTTP_PORT, SOCKS_PORT),
+                    proxy_channel=high))  # fmt: skip
             try:
                 process = BashProcess.spawn(
-                    argv, cwd=workdir, env=env, setup=child_setup, pass_fds=tree.pass_fds,
+                    argv, cwd=workdir, env=env, setup=spawn_setup,
+                    pass_fds=(*tree.pass_fds, *extra_fds),
                     kill_files=tree.kill_files, use_offer=offer and attempt == 1,
                 )
             except SpawnerError as e:
@@ -657,9 +731,25 @@ async def run_bash(
                 ) from None
             finally:
                 tree.spawned()
+                if extra_fds:
+                    os.close(extra_fds[0])
+            if channel is not None:
+                assert network is not None
+                with channel:
+                    try:
+                        listeners = await receive_listeners(channel, 2, _HANDOVER_SECONDS)
+                    except OSError:
+                        listeners = []  # its set-up failed first: setup_error says why
+                if listeners:
+                    proxy = shared_proxy()
+                    attachment = proxy.attach(listeners, network.allowlist, command=command,
+                                              ask=network.ask)  # fmt: skip
             out, err, returncode, timed_out, killed = await _supervise(
                 process, tree, timeout, max_output_bytes
             )
+            if attachment is not None:
+                network_report = shared_proxy().detach(attachment)
+                attachment = None
             setup_error = process.setup_error()
             if setup_error is None or STALE not in setup_error or attempt == 2:
                 break
@@ -669,6 +759,8 @@ async def run_bash(
                 process.close()
                 process = None
     finally:
+        if attachment is not None:  # cancelled while it ran: its connections go too
+            shared_proxy().detach(attachment)
         with anyio.CancelScope(shield=True):
             try:
                 if process is not None:
@@ -687,7 +779,7 @@ async def run_bash(
                 if tree is not None:
                     await tree.aclose()
                 if tmpdir is not None:
-                    remove_tree(tmpdir)
+                    await _remove_tmpdir(tmpdir)
     if setup_error is not None:
         raise SandboxError(
             f"the spawner could not set up the child process: {setup_error}: moving it "
@@ -713,8 +805,8 @@ async def run_bash(
     else:
         nproc = "rlimit-only(ineffective as root)"
     return ProcessResult(
-        stdout=out.text(),
-        stderr=err.text(),
+        stdout=await decoded(out),
+        stderr=await decoded(err),
         returncode=returncode,
         timed_out=timed_out,
         truncated=bool(out.dropped or err.dropped),
@@ -725,7 +817,16 @@ async def run_bash(
         killed_processes=killed,
         nproc_enforcement=nproc,
         protections=protections,
+        network=network_report if proxied else None,
     )
+
+
+def _high_descriptor(fd: int) -> int:
+    """A close-on-exec duplicate of ``fd`` numbered at least 3/4 of the way up to the
+    descriptor limit (at most 1000), so that it is free in the spawner's child too."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    floor = min(1000, max(64, soft * 3 // 4)) if soft != resource.RLIM_INFINITY else 1000
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor)
 
 
 # --------------------------------------------------------------------------- reservation
@@ -1055,4 +1156,24 @@ def detect_protections() -> dict[str, Any]:
         if root
         else "only by processes of the same uid (the command runs as this uid)"
     )
+    report["network"] = network_modes(confined)
     return report
+
+
+def network_modes(confined: Any) -> dict[str, str]:
+    """What each policy `network` mode gives a command on this machine."""
+    netns = confined.has("netns")
+    why = "" if netns else confined.missing.get("netns", "no network namespace")
+    fallback = "TCP denied by Landlock" if confined.has("landlock-net") else (
+        "no TCP restriction at all: Landlock's network rules are missing too")  # fmt: skip
+    return {
+        "none": "available: an empty network namespace" if netns
+        else f"degraded: {why}; {fallback}",
+        "loopback": "available: a private namespace per command, lo up" if netns
+        else f"degraded: {why}; {fallback}",
+        "allowlist": "available: a private namespace per command holding only the "
+        "agent's egress proxy (HTTP 127.0.0.1:3128, SOCKS5 127.0.0.1:1080); names "
+        "checked against allowed_domains, resolved by the proxy" if netns
+        else f"degraded: {why}; {fallback} (no proxy can be reached)",
+        "host": "the host's network, unrestricted",
+    }

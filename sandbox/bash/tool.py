@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 import os
 import pathlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import anyio.to_thread
 
@@ -21,13 +22,21 @@ from ..tools.context import ToolContext
 from . import display as _display  # noqa: F401 - registers the "bash" highlighter
 from .confinement import ConfinementRequest
 from .gitguard import guard_readable_paths, guarded_env
-from .parse import escape_controls
+from .network.allowlist import Allowlist
+from .parse import ParseOffLoop, escape_controls, loop_budget
 from .policy import BashToolPolicy, PolicyDecision
-from .process import Limits, ProcessResult, _unprivileged_identity, run_bash
+from .process import Limits, NetworkAccess, ProcessResult, _unprivileged_identity, run_bash
 
-# Commands longer than this may take tens of milliseconds to check (the policy parses
-# them in a guarded child process): keep that off the event loop.
-_CHECK_IN_THREAD_BYTES = 4096
+# A command is decided on the event loop only when that is cheap: a decision already
+# made, or a command of at most this many characters that needs no parse worker and
+# that tree-sitter parses within _LOOP_PARSE_SECONDS (parse.loop_budget). Anything else
+# is decided in a worker thread, where a parse hands the GIL back every ~60 µs: a
+# crafted 4,096-byte command kept tree-sitter busy for seconds, and the walk and rules
+# after the parse are linear or worse in the command (at 512 characters they take a
+# few ms at worst; at 4,096, 2,048 `a;` took 60-150 ms).
+_CHECK_ON_LOOP_CHARS = 512
+_LOOP_PARSE_SECONDS = 0.01
+T = TypeVar("T")
 
 
 class ExecuteBashTool(BaseTool):
@@ -92,6 +101,7 @@ class ExecuteBashTool(BaseTool):
             network=policy.network,
             mode=policy.confinement,
         )
+        self._allowlist = Allowlist.parse(policy.allowed_domains)
         self._limits = Limits(
             max_memory_bytes=policy.max_memory_bytes,
             max_file_size_bytes=policy.max_file_size_bytes,
@@ -146,9 +156,7 @@ class ExecuteBashTool(BaseTool):
         return args
 
     async def _check(self, command: str) -> PolicyDecision:
-        if len(command) > _CHECK_IN_THREAD_BYTES:
-            return await anyio.to_thread.run_sync(self._decide, command)
-        return self._decide(command)
+        return await _off_the_loop_if_slow(self._decide, command)
 
     async def precheck(self, args: dict[str, Any]) -> dict[str, Any] | None:
         decision = await self._check(args["command"])
@@ -160,10 +168,7 @@ class ExecuteBashTool(BaseTool):
 
     async def confirmation_needed(self, args: dict[str, Any]) -> str | None:
         command = args["command"]
-        if len(command) > _CHECK_IN_THREAD_BYTES:
-            needed = await anyio.to_thread.run_sync(self.policy.needs_confirmation, command)
-        else:
-            needed = self.policy.needs_confirmation(command)
+        needed = await _off_the_loop_if_slow(self.policy.needs_confirmation, command)
         if not needed:
             return None
         return f"Please approve or reject the bash command: {escape_controls(command)}"
@@ -208,9 +213,24 @@ class ExecuteBashTool(BaseTool):
                 return {"error": "This tool call requires confirmation, please approve or reject."}
         if confirmation is not None and not confirmation.confirmed:
             return {"error": "This tool call is rejected."}
-        return await self._run(command)
+        return await self._run(command, self._network_access(tool_context, command))
 
-    async def _run(self, command: str) -> dict[str, Any]:
+    def _network_access(self, tool_context: ToolContext | None, command: str = ""
+                        ) -> NetworkAccess | None:  # fmt: skip
+        """network="allowlist": the allowlist, and a way to ask about an unlisted name
+        when the policy says so and the runner offers one (ToolContext.ask_network)."""
+        if self.policy.network != "allowlist":
+            return None
+        asker = getattr(tool_context, "ask_network", None)
+        if not self.policy.ask_for_unlisted_domains or asker is None:
+            return NetworkAccess(self._allowlist)
+
+        async def ask(host: str, port: int) -> bool:
+            return bool(await asker(host, port, command))
+
+        return NetworkAccess(self._allowlist, ask=ask)
+
+    async def _run(self, command: str, network: NetworkAccess | None = None) -> dict[str, Any]:
         env = dict(self.policy.env)
         for name in self.policy.inherit_env:
             if name in os.environ:
@@ -227,6 +247,7 @@ class ExecuteBashTool(BaseTool):
                 drop_privileges=self._drop,
                 rlimits_via=self.policy.rlimits_via,
                 confinement=self._confinement,
+                network=network if network is not None else self._network_access(None),
             )
         except (ConfigurationError, OSError) as exc:
             return {"error": f"Execution failed: {exc}", "stdout": "", "stderr": "",
@@ -242,6 +263,8 @@ class ExecuteBashTool(BaseTool):
             "privileges": f"uid {self._identity[0]}" if self._drop else (
                 "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"),
         }
+        if outcome.network is not None:
+            result["network"] = outcome.network
         missing = (outcome.protections or {}).get("missing")
         if missing:
             result["confinement_missing"] = missing
@@ -256,6 +279,15 @@ class ExecuteBashTool(BaseTool):
                 "process tree was killed. Output produced before that is included."
             )
         return result
+
+
+async def _off_the_loop_if_slow(decide: Callable[[str], T], command: str) -> T:
+    """``decide(command)`` here when its parse fits the loop's budget, else in a thread."""
+    try:
+        with loop_budget(_LOOP_PARSE_SECONDS, _CHECK_ON_LOOP_CHARS):
+            return decide(command)
+    except ParseOffLoop:
+        return await anyio.to_thread.run_sync(decide, command)
 
 
 def _containment_report(outcome: ProcessResult, limits: Limits) -> dict[str, str]:
