@@ -410,3 +410,24 @@ def test_without_a_provider_an_unlisted_name_is_refused(shared_workspace: Path, 
     r = asyncio.run(runner.call("execute_bash", {
         "command": f"curl -sS -o /dev/null -w '%{{http_code}}' http://localhost:{site}/"}))
     assert r["stdout"] == "403"
+
+
+@needs
+def test_the_audit_log_records_each_decision(shared_workspace: Path, site: int,
+                                             tmp_path: Path) -> None:  # fmt: skip
+    from sandbox import AutoApprove, ToolRunner
+
+    policy = BashToolPolicy(allowed_command_prefixes=("curl",), network="allowlist",
+                            allowed_domains=(f"localhost:{site}",))  # fmt: skip
+    audit = tmp_path / "audit.jsonl"
+    runner = ToolRunner([ExecuteBashTool(workspace=shared_workspace, policy=policy)],
+                        provider=AutoApprove(), audit_path=str(audit))  # fmt: skip
+    cmd = (f"curl -s -o /dev/null http://localhost:{site}/hello.txt; "
+           f"curl -s -o /dev/null http://127.0.0.1:{site}/")
+    asyncio.run(runner.call("execute_bash", {"command": cmd}, call_id="a1"))
+    finished = [json.loads(line) for line in audit.read_text().splitlines()
+                if '"tool.finished"' in line]  # fmt: skip
+    assert len(finished) == 1
+    network = finished[0]["network"]
+    assert network["allowed"] == [{"destination": f"localhost:{site}", "connections": 1}]
+    assert network["denied"][0]["destination"] == f"127.0.0.1:{site}"
