@@ -47,6 +47,7 @@ from typing import Any
 
 import anyio
 
+from sandbox.bash import protected as _protected
 from sandbox.bash.capture import BoundedCapture, drain_buffered, pump, set_pipe_size
 from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue, spawn_key
 from sandbox.bash.confinement import Confinement, ConfinementRequest, describe_kernel, plan
@@ -521,6 +522,7 @@ async def run_bash(
     process: BashProcess | None = None
     plan_confinement: Confinement | None = None
     plan_request: ConfinementRequest | None = None
+    placeholders: _protected.Placeholders | None = None  # sandbox/bash/protected.py
     try:
         if confinement is not None:
             extra_read: tuple[str, ...] = ()
@@ -534,6 +536,9 @@ async def run_bash(
                 readable_paths=(*confinement.readable_paths, *extra_read),
                 writable_paths=(*confinement.writable_paths, *extra_write),
             )
+            # Scanned for each run: part of the signature, so that a reservation made
+            # before a protected path appeared is not taken (sandbox/bash/protected.py).
+            plan_request = await _protected.attach(plan_request, workdir)
         # A run set up in the child (all of it, below, once it takes a reservation)
         # can take a run reserved ahead (its tree and TMPDIR), whose zygote has set
         # itself up for it already; not one that asked for its rlimits in a prologue.
@@ -572,6 +577,9 @@ async def run_bash(
             protections = {**(protections or {}), "home": f"active: HOME={home} is out "
                            "of the command's reach; it is the private TMPDIR instead"}  # fmt: skip
         setup = ChildSetup(rlimits=rlimits, uid=uid, gid=gid, confinement=plan_confinement)
+        if plan_confinement is not None and plan_confinement.protected is not None:
+            placeholders = _protected.Placeholders(plan_confinement.protected)
+            placeholders.hold()
         if tree is None:
             tree = open_tree(mechanism, limit_processes=limited, shell=shell)
         argv, setup = tree.command([shell, "--norc", "--noprofile", "-c", command], setup)
@@ -651,6 +659,8 @@ async def run_bash(
                     await tree.aclose()
                 if tmpdir is not None:
                     remove_tree(tmpdir)
+                if placeholders is not None:
+                    placeholders.release()
     if setup_error is not None:
         raise SandboxError(
             f"the spawner could not set up the child process: {setup_error}: moving it "

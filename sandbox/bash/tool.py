@@ -23,6 +23,7 @@ from .confinement import ConfinementRequest
 from .parse import escape_controls
 from .policy import BashToolPolicy, PolicyDecision
 from .process import Limits, ProcessResult, _unprivileged_identity, run_bash
+from .protected import resolve_patterns as resolve_protected
 
 # Commands longer than this may take tens of milliseconds to check (the policy parses
 # them in a guarded child process): keep that off the event loop.
@@ -89,6 +90,7 @@ class ExecuteBashTool(BaseTool):
             writable_paths=policy.writable_paths,
             network=policy.network,
             mode=policy.confinement,
+            protected_paths=resolve_protected(policy.protected_paths),
         )
         self._limits = Limits(
             max_memory_bytes=policy.max_memory_bytes,

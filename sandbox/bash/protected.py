@@ -1,0 +1,818 @@
+"""Protected paths: control files inside a writable workspace that no command may change.
+
+A writable workspace holds files that programs of the *host* later run or obey: a
+repository's ``.git/config`` (``core.fsmonitor``, ``core.hooksPath``, filters), its
+``hooks/``, ``info/attributes``; ``.envrc`` (direnv), shell start-up files, an editor's
+``.vscode/`` or ``.idea/`` (tasks that run when the folder opens), ``.claude/`` and
+``.mcp.json`` (an agent's own hooks and servers). A rule on redirection targets sees
+none of ``cd .git && … >> config``, ``cp``, ``mv``, ``sed -i`` or ``python``; so the
+kernel refuses instead, whatever program writes.
+
+What is protected (`resolve_patterns`): the entries of a policy's ``protected_paths``
+(default `DEFAULT_PROTECTED_PATHS`). ``"@default"`` stands for the default list (so
+``("@default", "Makefile")`` extends it, and a list without it replaces it),
+``"!name"`` takes one entry out of the list so far, ``()`` protects nothing. An entry is
+a relative path matched at any depth (``.envrc`` is every ``.envrc`` of the workspace);
+with a leading ``/`` it is anchored at the workspace root (``/Makefile``). Entries that
+start with ``.git/`` apply to every git directory the workspace holds: each ``.git``
+directory, the directory a ``.git`` *file* points to (``gitdir:``, worktrees and
+submodules), and every bare repository (``vendor/lib.git``: ``HEAD``, ``objects/``,
+``refs/``), whatever its name. Git's other control files there (``config.worktree``,
+``commondir``, ``gitdir``) and a ``.git`` pointer file itself are always protected with
+them.
+
+How (`scan`, then `apply_mounts` in the command's own mount namespace), before each run,
+by a bounded walk of the workspace (`SCAN_LIMIT` directories):
+
+- every existing protected path is bound onto itself read-only (writes fail with EROFS;
+  ``rm``/``mv`` of it fail with EBUSY: a mount point cannot be unlinked or renamed);
+- every directory on the way from the workspace root to one (``.git``, ``vendor``) is
+  bound onto itself read-write: still writable, but a mount point, so ``mv .git .git2``
+  and then a new ``.git`` fails (EBUSY), and a hard link across it fails (EXDEV);
+- a protected name that does not exist (``.envrc`` absent, ``.git/hooks`` missing) is
+  made, for the run only, as an empty directory and bound read-only: creating a file,
+  directory or symbolic link of that name fails. An empty directory is invisible to
+  ``git status`` and runs nothing. Where they are made: for root-level names (``.envrc``,
+  ``.gitattributes``, ...), at the workspace root and at the top of every repository
+  found; for ``.git/…`` names, in every git directory found. Past those, a new name at
+  depth (``mkdir d && git init d``) is the command's own new file (see SECURITY.md);
+- a protected name that is a symbolic link is covered by an empty read-only file (the
+  link cannot be re-pointed), and its target too when that lies in the workspace;
+- a protected file with more than one hard link is refused (a write through the other
+  link would change it): the run fails closed, naming it.
+
+Where the command has no mount namespace of its own (an unprivileged agent today),
+`landlock_paths` builds Landlock rules around the protected paths instead: the
+directories on the way to one get read rights only, and everything else in them full
+rights, so protected paths (and any new name in those directories) cannot be written,
+made, removed or renamed (EACCES).
+
+A walk past `SCAN_LIMIT` directories fails closed: the run is refused, naming the fix
+(anchor the entries at the root, which needs no walk, or raise the limit with
+``SANDBOX_PROTECTED_SCAN_LIMIT``). The walk keeps, per directory, what it found
+against the directory's inode and modification time, so the next scan of an unchanged
+tree lists nothing again (a directory modified in the last two seconds is always
+listed again: its timestamp may not have ticked yet).
+
+Codex (codex-rs/linux-sandbox, ``bwrap.rs``) binds ``.git`` and ``.codex`` of each
+writable root read-only, covers a missing one's first absent component with
+``/dev/null`` (bubblewrap creates the mount point on the host) and a symlinked one on the
+link itself; this module does the same at every depth, for a longer list, and pins the
+directories on the way (which Codex does not: there ``mv .codex x && mkdir .codex``
+is a rename of an unpinned parent's child).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import errno
+import fcntl
+import hashlib
+import os
+import stat
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sandbox.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from sandbox.bash.confinement import Confinement, ConfinementRequest
+
+__all__ = [
+    "DEFAULTS",
+    "DEFAULT_PROTECTED_PATHS",
+    "SCAN_LIMIT",
+    "Placeholders",
+    "ProtectedPaths",
+    "apply_mounts",
+    "attach",
+    "landlock_paths",
+    "plan_layer",
+    "resolve_patterns",
+    "scan",
+    "still_protected",
+]
+
+DEFAULT_PROTECTED_PATHS = (
+    ".git/config", ".git/hooks", ".git/info", ".gitmodules", ".gitattributes",
+    ".envrc", ".bashrc", ".profile", ".bash_profile", ".zshrc",
+    ".vscode", ".idea", ".claude", ".mcp.json",
+)  # fmt: skip
+# In protected_paths: the default list, at this place.
+DEFAULTS = "@default"
+# Control files of a git directory that name other files or programs: always protected
+# along with any ".git/..." entry.
+_GIT_DIR_ALWAYS = ("config.worktree", "commondir")
+# Absent files of a git directory are held by a file git reads as if it were absent
+# (a directory there would make git fail): an empty configuration, and a commondir
+# naming the git directory itself (``commondir`` pointing elsewhere would make git read
+# that directory's config).
+_GIT_FILE_PLACEHOLDERS = {"config": b"", "config.worktree": b"", "commondir": b".\n"}
+# Inside a git directory, subtrees that hold no configuration git reads: not walked.
+_GIT_DIR_SKIP = frozenset({"objects", "refs", "logs", "lfs", "rr-cache", "packed-refs"})
+SCAN_LIMIT = int(os.environ.get("SANDBOX_PROTECTED_SCAN_LIMIT", "50000"))
+_GITFILE_MAX = 4096
+_RACY_SECONDS = 2.0
+
+
+def resolve_patterns(entries: Iterable[str]) -> tuple[str, ...]:
+    """The protected entries `entries` stand for: ``"@default"`` expanded, ``"!x"``
+    removals applied, duplicates dropped. Raises ConfigurationError naming a bad entry
+    and the fix."""
+    if isinstance(entries, str):
+        raise ConfigurationError(
+            f"protected_paths={entries!r} is invalid: write a list, e.g. "
+            "['@default', 'Makefile'] (the defaults and Makefile) or ['.git/config'] "
+            "(only that)"
+        )
+    out: list[str] = []
+    for entry in entries:
+        if not isinstance(entry, str):
+            raise ConfigurationError(
+                f"protected_paths entry {entry!r} is invalid: write a string such as "
+                "'.envrc', '/Makefile' or '@default'"
+            )
+        if entry == DEFAULTS:
+            out.extend(p for p in DEFAULT_PROTECTED_PATHS if p not in out)
+            continue
+        removal = entry.startswith("!")
+        pattern = _check_pattern(entry[1:] if removal else entry, entry)
+        if removal:
+            if pattern not in out:
+                raise ConfigurationError(
+                    f"protected_paths entry {entry!r} removes {pattern!r}, which is not in "
+                    f"the list before it ({', '.join(out) or 'empty'}); put it after "
+                    "'@default' or remove it"
+                )
+            out.remove(pattern)
+        elif pattern not in out:
+            out.append(pattern)
+    return tuple(out)
+
+
+def _check_pattern(pattern: str, entry: str) -> str:
+    anchored = pattern.startswith("/")
+    parts = pattern.strip("/").split("/")
+    bad = (
+        not pattern.strip("/")
+        or "\0" in pattern
+        or any(p in ("", ".", "..") for p in parts)
+        or any(c in pattern for c in "*?[")
+        or pattern.startswith("@")
+    )
+    if bad:
+        raise ConfigurationError(
+            f"protected_paths entry {entry!r} is invalid: write a relative path matched at "
+            "any depth ('.envrc', '.git/hooks'), one anchored at the workspace root with a "
+            "leading '/' ('/Makefile'), '@default' for the default list or '!name' to "
+            "take one out; no '..', no wildcards"
+        )
+    return ("/" if anchored else "") + "/".join(parts)
+
+
+# --------------------------------------------------------------------------- the scan
+
+
+@dataclass(frozen=True)
+class ProtectedPaths:
+    """What one run protects, found by `scan` (plain, hashable data: part of what a
+    zygote was prepared for, so that a change found at the run's own scan is never
+    served by a zygote prepared from an older one).
+
+    read_only: existing paths, bound read-only. links: protected names that are
+    symbolic links, covered by an empty read-only file. placeholders: missing names,
+    made for the run as empty directories, bound read-only; placeholder_files: missing
+    files of a git directory, made for the run with the content git reads as their
+    absence, bound read-only. pinned: the directories on
+    the way to any of these, bound read-write (mount points cannot be renamed).
+    problem: why protection cannot be enforced ('' if it can): the run fails closed.
+    """
+
+    workspace: str
+    patterns: tuple[str, ...]
+    read_only: tuple[str, ...] = ()
+    links: tuple[str, ...] = ()
+    placeholders: tuple[str, ...] = ()
+    placeholder_files: tuple[tuple[str, bytes], ...] = ()
+    pinned: tuple[str, ...] = ()
+    problem: str = ""
+    directories: int = 0
+
+    def describe(self) -> str:
+        held = len(self.placeholders) + len(self.placeholder_files)
+        count = len(self.read_only) + len(self.links) + held
+        return (f"{count} paths read-only ({len(self.read_only)} existing, "
+                f"{held} absent and held empty, {len(self.links)} "
+                f"symbolic links covered) of: {', '.join(self.patterns)}")  # fmt: skip
+
+
+class _Dir:
+    __slots__ = ("names", "stamp", "subdirs")
+
+    def __init__(self, stamp: tuple[int, int, int], subdirs: list[str],
+                 names: frozenset[str]) -> None:  # fmt: skip
+        self.stamp = stamp
+        self.subdirs = subdirs
+        self.names = names
+
+
+_cache: dict[str, _Dir] = {}
+_cache_lock = threading.Lock()
+
+
+def _listing(path: str, now: float) -> _Dir | None:
+    """The subdirectories and names of `path`, from the cache when it has not changed."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    stamp = (st.st_dev, st.st_ino, st.st_mtime_ns)
+    with _cache_lock:
+        kept = _cache.get(path)
+    if kept is not None and kept.stamp == stamp:
+        return kept
+    subdirs: list[str] = []
+    names: list[str] = []
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                names.append(entry.name)
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        subdirs.append(entry.name)
+                except OSError:
+                    continue
+    except OSError:
+        return None
+    listing = _Dir(stamp, subdirs, frozenset(names))
+    if now - st.st_mtime_ns / 1e9 > _RACY_SECONDS:
+        with _cache_lock:
+            if len(_cache) > 4 * SCAN_LIMIT:
+                _cache.clear()
+            _cache[path] = listing
+    return listing
+
+
+def _is_bare_repository(path: str, names: frozenset[str]) -> bool:
+    """A git directory by its contents (what git itself checks): HEAD, and objects/
+    with refs/, or a commondir file (a worktree's or submodule's git directory)."""
+    if "HEAD" not in names or not ({"objects", "refs"} <= names or "commondir" in names):
+        return False
+    return os.path.isfile(os.path.join(path, "HEAD"))
+
+
+def _gitfile_target(path: str, workspace: str) -> str | None:
+    """The git directory a ``.git`` file points to, if it lies in the workspace."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, _GITFILE_MAX)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    line = data.split(b"\n", 1)[0].strip()
+    if not line.startswith(b"gitdir:"):
+        return None
+    target = os.fsdecode(line[len(b"gitdir:"):].strip())
+    target = os.path.realpath(os.path.join(os.path.dirname(path), target))
+    return target if _inside(target, workspace) else None
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def scan(workspace: str, patterns: tuple[str, ...], *, limit: int | None = None) -> ProtectedPaths:
+    """Find, under `workspace` (an absolute, resolved path), what `patterns` protect.
+
+    Walks at most `limit` directories (default `SCAN_LIMIT`), symbolic links not
+    followed; past the limit the result carries a `problem` (the run is refused)
+    unless every pattern is anchored at the root, which needs no walk."""
+    limit = SCAN_LIMIT if limit is None else limit
+    if not patterns:
+        return ProtectedPaths(workspace=workspace, patterns=patterns)
+    anchored = [p[1:] for p in patterns if p.startswith("/")]
+    floating = [p for p in patterns if not p.startswith("/")]
+    git_entries = sorted({p.split("/", 1)[1] for p in floating if p.startswith(".git/")} | (
+        set(_GIT_DIR_ALWAYS) if any(p.startswith(".git/") for p in floating) else set()))
+    tops = [p for p in floating if not p.startswith(".git/")]  # matched in every directory
+    protect_git = bool(git_entries)
+    now = time.time()
+
+    targets: set[str] = set()  # protected, existing or not
+    git_dirs: set[str] = set()
+    repo_roots: set[str] = {workspace}
+    gitfiles: set[str] = set()
+    directories = 0
+    problem = ""
+
+    for rel in anchored:
+        targets.add(os.path.join(workspace, rel))
+        if rel == ".git" or rel.startswith(".git/"):
+            protect_git = True
+
+    walk = bool(floating)
+    stack = [workspace] if walk else []
+    while stack:
+        top = stack.pop()
+        directories += 1
+        if directories > limit:
+            problem = (
+                f"the workspace holds more than {limit} directories: protected paths at any "
+                "depth cannot be found within the bound, so none is promised. Anchor "
+                "protected_paths at the workspace root (e.g. ['/.git/config', '/.git/hooks', "
+                "'/.envrc']), which needs no walk, or raise SANDBOX_PROTECTED_SCAN_LIMIT"
+            )
+            break
+        listing = _listing(top, now)
+        if listing is None:
+            continue
+        names = listing.names
+        in_git_dir = top in git_dirs
+        if not in_git_dir and _is_bare_repository(top, names) and top != workspace:
+            git_dirs.add(top)
+            in_git_dir = True
+        if ".git" in names and protect_git:
+            dot_git = os.path.join(top, ".git")
+            try:
+                st = os.lstat(dot_git)
+            except OSError:
+                st = None
+            if st is not None:
+                repo_roots.add(top)
+                if stat.S_ISDIR(st.st_mode):
+                    git_dirs.add(dot_git)
+                else:
+                    gitfiles.add(dot_git)
+                    target = _gitfile_target(dot_git, workspace)
+                    if target is not None and os.path.isdir(target):
+                        git_dirs.add(target)
+        if not in_git_dir:
+            for pattern in tops:
+                first = pattern.split("/", 1)[0]
+                if first in names:
+                    targets.add(os.path.join(top, pattern))
+        for name in listing.subdirs:
+            if in_git_dir and name in _GIT_DIR_SKIP:
+                continue
+            stack.append(os.path.join(top, name))
+
+    if problem:
+        return ProtectedPaths(workspace=workspace, patterns=patterns, problem=problem,
+                              directories=directories)  # fmt: skip
+
+    # Missing names: held empty at the root and at the top of every repository.
+    for root in repo_roots:
+        for pattern in tops:
+            targets.add(os.path.join(root, pattern))
+    for git_dir in git_dirs:
+        for entry in git_entries:
+            targets.add(os.path.join(git_dir, entry))
+    if protect_git:
+        for gitfile in gitfiles:
+            targets.add(gitfile)
+
+    read_only: set[str] = set()
+    links: set[str] = set()
+    placeholders: set[str] = set()
+    files: dict[str, bytes] = {}
+    for target in sorted(targets):
+        if not _inside(target, workspace) or target == workspace:
+            continue
+        found = _classify(target, workspace)
+        if isinstance(found, str):
+            problem = found
+            break
+        kind, path = found
+        content = _GIT_FILE_PLACEHOLDERS.get(os.path.basename(path))
+        if kind == "absent" and content is not None and os.path.dirname(path) in git_dirs:
+            files[path] = content
+            placeholders.add(path)
+        elif kind == "absent":
+            placeholders.add(path)
+        elif kind == "link":
+            links.add(path)
+            resolved = os.path.realpath(path)
+            if _inside(resolved, workspace) and resolved != workspace and os.path.exists(
+                    resolved):  # fmt: skip
+                read_only.add(resolved)
+        elif kind == "exists":
+            read_only.add(path)
+        # "inside": under a placeholder or a link already covered
+    # A path under another protected one is covered by it.
+    keep: set[str] = set()
+    for path in sorted(read_only | links | placeholders):
+        parent = os.path.dirname(path)
+        while _inside(parent, workspace) and parent != workspace and parent not in keep:
+            parent = os.path.dirname(parent)
+        if parent in keep:
+            continue
+        keep.add(path)
+    if not problem:
+        problem = _hard_links(sorted(p for p in read_only if p in keep))
+    pinned: set[str] = set()
+    for path in keep:
+        parent = os.path.dirname(path)
+        while _inside(parent, workspace) and parent != workspace:
+            pinned.add(parent)
+            parent = os.path.dirname(parent)
+    return ProtectedPaths(
+        workspace=workspace, patterns=patterns,
+        read_only=tuple(sorted(read_only & keep)), links=tuple(sorted(links & keep)),
+        placeholders=tuple(sorted((placeholders & keep) - set(files))),
+        placeholder_files=tuple(sorted((p, c) for p, c in files.items() if p in keep)),
+        pinned=tuple(sorted(pinned - keep, key=lambda p: (p.count("/"), p))),
+        problem=problem, directories=directories,
+    )  # fmt: skip
+
+
+def _classify(target: str, workspace: str) -> tuple[str, str] | str:
+    """("exists" | "link" | "absent", path), or why the path cannot be protected. An
+    absent path's first missing component is what is held (``.git/hooks`` when ``.git``
+    is absent: ``.git``); a symbolic link on the way is covered itself."""
+    rel = os.path.relpath(target, workspace).split("/")
+    current = workspace
+    for i, part in enumerate(rel):
+        current = os.path.join(current, part)
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return "absent", current
+        except OSError as e:
+            return f"protected path {current} cannot be examined: {e.strerror}"
+        if stat.S_ISLNK(st.st_mode):
+            return "link", current
+        last = i == len(rel) - 1
+        if not last and not stat.S_ISDIR(st.st_mode):
+            return "exists", current  # a file where a directory was expected: keep it
+    return "exists", current
+
+
+def _hard_links(paths: list[str]) -> str:
+    """Why a protected file (or one in a protected directory) cannot be protected: it
+    has another hard link, through which it could be written."""
+    seen = 0
+    for path in paths:
+        for file in _files_under(path):
+            seen += 1
+            if seen > 10000:
+                return (f"protected directory {path} holds more than 10000 files; a hard "
+                        "link among them cannot be ruled out")  # fmt: skip
+            try:
+                st = os.lstat(file)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                return (
+                    f"protected file {file} has {st.st_nlink} hard links: a write through "
+                    "another one would change it. Replace it by a copy (cp --remove-"
+                    f"destination \"{file}\" x && mv x \"{file}\") or remove the other links"
+                )
+    return ""
+
+
+def _files_under(path: str) -> Iterator[str]:
+    yield path
+    if os.path.isdir(path) and not os.path.islink(path):
+        for top, dirs, files in os.walk(path):
+            for name in files:
+                yield os.path.join(top, name)
+            for name in dirs:
+                yield os.path.join(top, name)
+
+
+# --------------------------------------------------------------------------- placeholders
+
+_held: dict[str, int] = {}
+_held_lock = threading.Lock()
+
+
+class Placeholders:
+    """The placeholders of one run (empty directories at absent protected names), made
+    by `hold` before the command starts and removed by `release` after it ended,
+    unless another run still needs them: of this process (counted), or of another
+    agent on the same workspace (a shared lock, taken exclusively to remove)."""
+
+    def __init__(self, protected: ProtectedPaths | None) -> None:
+        self._protected = protected
+        self._made: list[str] = []
+        self._lock = -1
+
+    def hold(self) -> None:
+        """Make them. Raises OSError (the run fails closed) naming a path that could
+        not be made, or that appeared meanwhile and is not one of ours."""
+        protected = self._protected
+        if protected is None or not (protected.placeholders or protected.placeholder_files):
+            return
+        self._lock = _workspace_lock(protected.workspace)
+        fcntl.flock(self._lock, fcntl.LOCK_SH)
+        wanted: list[tuple[str, bytes | None]] = [
+            *((p, None) for p in protected.placeholders), *protected.placeholder_files]
+        for path, content in wanted:
+            with _held_lock:
+                _held[path] = _held.get(path, 0) + 1
+                self._made.append(path)
+                problem = _make_placeholder(path, protected.workspace, content)
+            if problem:
+                raise OSError(errno.EEXIST, problem)
+
+    def release(self) -> None:
+        if self._lock < 0:
+            return
+        fcntl.flock(self._lock, fcntl.LOCK_UN)
+        try:
+            for path in self._made:
+                with _held_lock:
+                    _held[path] -= 1
+                    last = _held[path] == 0
+                    if last:
+                        del _held[path]
+                if last:
+                    _remove_placeholder(path, self._lock)
+        finally:
+            self._made.clear()
+            os.close(self._lock)
+            self._lock = -1
+
+
+def _workspace_lock(workspace: str) -> int:
+    digest = hashlib.sha256(os.fsencode(workspace)).hexdigest()[:24]
+    base = "/run/sandbox" if os.geteuid() == 0 and os.path.isdir("/run") else tempfile.gettempdir()
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(base, 0o700)
+    path = os.path.join(base, f"protected-{digest}.lock")
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def _open_parent(path: str, workspace: str) -> int:
+    """An O_PATH descriptor of `path`'s parent, reached from `workspace` one component
+    at a time with no symbolic link followed."""
+    rel = os.path.relpath(os.path.dirname(path), workspace)
+    fd = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in [] if rel == "." else rel.split("/"):
+            nxt = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                          dir_fd=fd)  # fmt: skip
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+# Placeholders are marked so that a later run (of any agent) knows them from a
+# directory a user made: this mode, owned by the agent's uid.
+_PLACEHOLDER_MODE = 0o555
+_FILE_PLACEHOLDER_MODE = 0o444
+
+
+def _make_placeholder(path: str, workspace: str, content: bytes | None) -> str:
+    try:
+        parent = _open_parent(path, workspace)
+    except OSError as e:
+        return f"the parent of protected path {path} cannot be opened: {e.strerror}"
+    try:
+        name = os.path.basename(path)
+        try:
+            if content is None:
+                os.mkdir(name, _PLACEHOLDER_MODE, dir_fd=parent)
+            else:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, _FILE_PLACEHOLDER_MODE, dir_fd=parent)  # fmt: skip
+                try:
+                    os.write(fd, content)
+                    os.fchmod(fd, _FILE_PLACEHOLDER_MODE)
+                finally:
+                    os.close(fd)
+            if content is None:
+                os.chmod(name, _PLACEHOLDER_MODE, dir_fd=parent, follow_symlinks=False)
+        except FileExistsError:
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if not _is_placeholder(st):
+                return f"protected path {path} appeared while the run was set up; run again"
+    except OSError as e:
+        return f"protected path {path} cannot be held empty: {e.strerror}"
+    finally:
+        os.close(parent)
+    return ""
+
+
+def _is_placeholder(st: os.stat_result) -> bool:
+    if st.st_uid != os.geteuid():
+        return False
+    if stat.S_ISDIR(st.st_mode):
+        return stat.S_IMODE(st.st_mode) == _PLACEHOLDER_MODE and st.st_nlink == 2
+    return (stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == _FILE_PLACEHOLDER_MODE
+            and st.st_nlink == 1 and st.st_size <= 2)  # fmt: skip
+
+
+def _remove_placeholder(path: str, lock: int) -> None:
+    """Remove an empty placeholder, unless a run of another process holds the lock."""
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return  # another agent's run needs it; the last one out removes it
+    try:
+        with contextlib.suppress(OSError):
+            st = os.lstat(path)
+            if _is_placeholder(st):
+                (os.rmdir if stat.S_ISDIR(st.st_mode) else os.unlink)(path)
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------- in the child
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_MS_BIND, _MS_REC = 0x1000, 0x4000
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442
+_OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC = 1, 0o2000000
+_AT_FDCWD, _AT_SYMLINK_NOFOLLOW, _AT_RECURSIVE = -100, 0x100, 0x8000
+_MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_MOUNT_ATTR_RDONLY = 0x1
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def _bind(source: bytes, target: bytes) -> None:
+    """A clone of `source` (itself, not what a symbolic link there points to) mounted on
+    `target` (a symbolic link there is covered, not followed)."""
+    tree = _libc.syscall(ctypes.c_long(_SYS_OPEN_TREE), ctypes.c_int(_AT_FDCWD), source,
+                         ctypes.c_uint(_OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC
+                                       | _AT_SYMLINK_NOFOLLOW))  # fmt: skip
+    if tree < 0:
+        raise OSError(ctypes.get_errno(), f"open_tree({os.fsdecode(source)})")
+    try:
+        if _libc.syscall(ctypes.c_long(_SYS_MOVE_MOUNT), ctypes.c_int(tree), b"",
+                         ctypes.c_int(_AT_FDCWD), target,
+                         ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH)) != 0:  # fmt: skip
+            raise OSError(ctypes.get_errno(), f"move_mount({os.fsdecode(target)})")
+    finally:
+        os.close(tree)
+
+
+def _read_only(path: bytes) -> None:
+    attr = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
+    if _libc.syscall(ctypes.c_long(_SYS_MOUNT_SETATTR), ctypes.c_int(_AT_FDCWD), path,
+                     ctypes.c_uint(_AT_RECURSIVE | _AT_SYMLINK_NOFOLLOW), ctypes.byref(attr),
+                     ctypes.c_size_t(ctypes.sizeof(attr))) != 0:  # fmt: skip
+        raise OSError(ctypes.get_errno(), f"mount_setattr({os.fsdecode(path)}, read-only)")
+
+
+def apply_mounts(protected: ProtectedPaths, empty_file: bytes) -> None:
+    """In the command's own mount namespace, after the workspace was bound writable:
+    pin the directories on the way, bind every protected path read-only, cover symbolic
+    links with `empty_file`. Raises OSError (the run fails closed) when a mount fails,
+    but for a path gone since the scan (nothing there to protect: its name is then
+    held by nothing, which `still_protected` reports in a zygote)."""
+    for path in protected.pinned:
+        target = os.fsencode(path)
+        try:
+            _bind(target, target)
+        except FileNotFoundError:
+            continue
+    held = {*protected.placeholders, *(p for p, _ in protected.placeholder_files)}
+    for path in (*protected.read_only, *sorted(held)):
+        target = os.fsencode(path)
+        try:
+            _bind(target, target)
+        except FileNotFoundError:
+            if path in held:
+                raise OSError(errno.ENOENT, f"placeholder {path} is gone") from None
+            continue
+        _read_only(target)
+    for path in protected.links:
+        target = os.fsencode(path)
+        _bind(empty_file, target)
+        _read_only(target)
+
+
+def still_protected(protected: ProtectedPaths) -> str:
+    """In a process that applied `apply_mounts` earlier (a zygote, at its request): ''
+    if every protected path is still a read-only mount here, else which one is not (a
+    placeholder removed and made again, a path replaced since)."""
+    for path in (*protected.read_only, *protected.placeholders, *protected.links,
+                 *(p for p, _ in protected.placeholder_files)):  # fmt: skip
+        try:
+            flags = os.statvfs(path).f_flag
+        except OSError:
+            return f"protected path {path} is gone"
+        if not flags & os.ST_RDONLY:
+            return f"protected path {path} is no longer read-only here"
+    return ""
+
+
+# --------------------------------------------------------------------------- Landlock
+
+
+def landlock_paths(protected: ProtectedPaths) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Without a mount namespace: the workspace's write grant split around the protected
+    paths. Returns (read-only paths, read-write paths) that replace the workspace's
+    read-write rule: every directory on the way to a protected path, and the protected
+    paths themselves, read-only (no entry can be made, removed or renamed in such a
+    directory); every other entry of those directories read-write."""
+    ws = protected.workspace
+    protected_set = {*protected.read_only, *protected.links, *protected.placeholders}
+    ancestors = {ws, *protected.pinned}
+    for path in protected_set:
+        parent = os.path.dirname(path)
+        while _inside(parent, ws):
+            ancestors.add(parent)
+            if parent == ws:
+                break
+            parent = os.path.dirname(parent)
+    read: list[str] = sorted(ancestors)
+    write: list[str] = []
+    for directory in sorted(ancestors):
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            full = os.path.join(directory, name)
+            if full in ancestors or full in protected_set or os.path.islink(full):
+                continue  # a link is not followed to grant its target
+            write.append(full)
+    read += sorted(p for p in protected_set if os.path.lexists(p))
+    return tuple(read), tuple(write)
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def plan_layer(confinement: Confinement, report: dict[str, str], *,
+               protected: ProtectedPaths | None, filesystem: str, mode: str,
+               own_mounts: bool) -> Confinement:  # fmt: skip
+    """The protected paths of one run, in `confinement` (mounts when the command has a
+    mount namespace of its own, else Landlock rules around them) and in `report`
+    ("protected-paths"). Raises ConfigurationError when they cannot be enforced (a walk
+    past its bound, a hard link), and ConfinementUnavailable under mode="required"
+    when neither mechanism is there."""
+    from sandbox.bash.confinement import ConfinementUnavailable
+
+    layer = "protected-paths"
+    if filesystem != "read-write":
+        report[layer] = "active: the whole workspace is read-only"
+        return confinement
+    if protected is None or not protected.patterns:
+        report[layer] = "inactive: protected_paths is empty in the policy"
+        return confinement
+    if protected.problem:
+        raise ConfigurationError(f"protected paths cannot be enforced: {protected.problem}")
+    if own_mounts:
+        report[layer] = ("active: read-only mounts in the command's own mount namespace; "
+                         + protected.describe())  # fmt: skip
+        return dataclasses.replace(confinement, protected=protected)
+    if confinement.landlock_fs:
+        read, write = landlock_paths(protected)
+        ws = protected.workspace
+        report[layer] = (
+            "active: Landlock rules around them (the command has no mount namespace of its "
+            f"own); {protected.describe()}; no entry can be made, removed or renamed in "
+            f"{len([p for p in read if os.path.isdir(p)])} directories on the way, {ws} "
+            "among them"
+        )
+        return dataclasses.replace(
+            confinement,
+            read_paths=(*confinement.read_paths, *read),
+            write_paths=(*(p for p in confinement.write_paths if p != ws), *write),
+        )
+    why = ("the command has no mount namespace of its own (needs root) and Landlock is "
+           "unavailable")  # fmt: skip
+    if mode == "required":
+        raise ConfinementUnavailable(
+            f"confinement='required' but protected paths cannot be enforced: {why}. Run "
+            "`sandbox doctor` for details; use confinement='best-effort' to run without"
+        )
+    report[layer] = f"inactive: {why}"
+    missing = report.get("missing")
+    report["missing"] = (f"{missing}; " if missing else "") + f"{layer} ({why})"
+    return confinement
+
+
+async def attach(request: ConfinementRequest, workspace: str) -> ConfinementRequest:
+    """`request` with the scan of `workspace` for its protected_paths (in a worker
+    thread: a large workspace must not hold up the caller's event loop)."""
+    if request.mode == "none" or request.filesystem != "read-write" or (
+            not request.protected_paths):  # fmt: skip
+        return request
+    import anyio.to_thread
+
+    found = await anyio.to_thread.run_sync(scan, workspace, request.protected_paths)
+    return dataclasses.replace(request, protected=found)
