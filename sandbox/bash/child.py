@@ -153,6 +153,8 @@ def zygote_preparation(key: ChildSetup) -> tuple[Prepared | None, Callable[[], N
     (`zygote_request_steps`): a zygote waiting as that uid would count against its
     RLIMIT_NPROC and could be signalled by its other processes."""
     prepared = prepare(key.confinement) if key.confinement is not None else None
+    if prepared is not None:
+        prepared.ahead = True  # checked again at its request: protected.still_protected
     return prepared, _steps(key, prepared, namespaces=True, identity_later=True,
                             yield_cpu=_can_raise_priority())  # fmt: skip
 

@@ -193,9 +193,11 @@ class Confinement:
     hide_etc_secrets: bool = False
     euid: int = 0
     egid: int = 0
-    # Protected paths inside the workspace, mounted read-only by lock_mounts (set only
-    # with private_proc; without a mount namespace they are Landlock rules instead).
+    # Protected paths inside the workspace, mounted read-only in the command's mount
+    # namespace: private_proc's, or (protected_mount_ns) one made for them alone, in a
+    # user namespace when unprivileged. Without either they are Landlock rules instead.
     protected: _protected.ProtectedPaths | None = None
+    protected_mount_ns: bool = False
 
 
 # --------------------------------------------------------------------------- detection
@@ -499,7 +501,7 @@ def plan(
         report["missing"] = "; ".join(f"{layer} ({why})" for layer, why in missing.items())
     confinement = _protected.plan_layer(  # sandbox/bash/protected.py
         confinement, report, protected=request.protected, filesystem=request.filesystem,
-        mode=request.mode, own_mounts=private_proc)  # fmt: skip
+        mode=request.mode, own_mounts=private_proc, root=root)  # fmt: skip
     return confinement, report
 
 
@@ -1188,6 +1190,7 @@ class Prepared:
         self._etc_generation = 0
         self._own_mounts = False  # set in the child that made its own mount namespace
         self._empty_file = b""  # covers a protected name that is a symbolic link
+        self.ahead = False  # a zygote's, applied ahead of its request (child.py)
         if c.protected is not None and c.protected.links:
             self._empty_file = _etc_secrets.placeholder_paths()[1]
         self._run_paths: tuple[str, ...] = ()  # a zygote's run's TMPDIR, given later
@@ -1222,6 +1225,7 @@ class Prepared:
             self._unshare_flags = (
                 (_CLONE_NEWNET if c.new_netns and self._netns < 0 else 0)
                 | (_CLONE_NEWUSER if c.new_userns else 0)
+                | (_CLONE_NEWNS if c.protected_mount_ns else 0)
             )
         except BaseException:
             self.close()
@@ -1256,6 +1260,10 @@ class Prepared:
                 fcntl.ioctl(s.fileno(), _SIOCSIFFLAGS, self._ifreq)
             finally:
                 s.close()
+        if c.protected_mount_ns and c.protected is not None:  # sandbox/bash/protected.py
+            _protected.apply_in_new_mount_namespace(c.protected, self._empty_file,
+                                                    strict=not self.ahead)  # fmt: skip
+            self._own_mounts = True
         if c.private_proc:
             self._private_proc()
 
@@ -1315,7 +1323,8 @@ class Prepared:
                 b"/dev", b"/dev/pts") else 0  # fmt: skip
             _mount_setattr(path, recursive=False, set_=nodev, clear=_MOUNT_ATTR_RDONLY)
         if self.confinement.protected is not None:  # sandbox/bash/protected.py
-            _protected.apply_mounts(self.confinement.protected, self._empty_file)
+            _protected.apply_mounts(self.confinement.protected, self._empty_file,
+                                    strict=not self.ahead)  # fmt: skip
         # The working directory was entered before the bind mounts: enter it again, so
         # that relative paths resolve on the writable mount on top.
         os.chdir(os.getcwd())

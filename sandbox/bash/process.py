@@ -522,7 +522,6 @@ async def run_bash(
     process: BashProcess | None = None
     plan_confinement: Confinement | None = None
     plan_request: ConfinementRequest | None = None
-    placeholders: _protected.Placeholders | None = None  # sandbox/bash/protected.py
     try:
         if confinement is not None:
             extra_read: tuple[str, ...] = ()
@@ -577,9 +576,6 @@ async def run_bash(
             protections = {**(protections or {}), "home": f"active: HOME={home} is out "
                            "of the command's reach; it is the private TMPDIR instead"}  # fmt: skip
         setup = ChildSetup(rlimits=rlimits, uid=uid, gid=gid, confinement=plan_confinement)
-        if plan_confinement is not None and plan_confinement.protected is not None:
-            placeholders = _protected.Placeholders(plan_confinement.protected)
-            placeholders.hold()
         if tree is None:
             tree = open_tree(mechanism, limit_processes=limited, shell=shell)
         argv, setup = tree.command([shell, "--norc", "--noprofile", "-c", command], setup)
@@ -659,8 +655,6 @@ async def run_bash(
                     await tree.aclose()
                 if tmpdir is not None:
                     remove_tree(tmpdir)
-                if placeholders is not None:
-                    placeholders.release()
     if setup_error is not None:
         raise SandboxError(
             f"the spawner could not set up the child process: {setup_error}: moving it "

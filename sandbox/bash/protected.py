@@ -75,6 +75,7 @@ import stat
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -202,7 +203,7 @@ class ProtectedPaths:
     placeholder_files: tuple[tuple[str, bytes], ...] = ()
     pinned: tuple[str, ...] = ()
     problem: str = ""
-    directories: int = 0
+    directories: int = dataclasses.field(default=0, compare=False)  # walked, for reports
 
     def describe(self) -> str:
         held = len(self.placeholders) + len(self.placeholder_files)
@@ -451,6 +452,8 @@ def _classify(target: str, workspace: str) -> tuple[str, str] | str:
             return "absent", current
         except OSError as e:
             return f"protected path {current} cannot be examined: {e.strerror}"
+        if _is_placeholder(st, workspace):
+            return "absent", current  # held by a run (or a reserved one) of ours
         if stat.S_ISLNK(st.st_mode):
             return "link", current
         last = i == len(rel) - 1
@@ -508,6 +511,7 @@ class Placeholders:
         self._protected = protected
         self._made: list[str] = []
         self._lock = -1
+        self._pid = os.getpid()  # a forked child (its finalizers at exit) lets go of nothing
 
     def hold(self) -> None:
         """Make them. Raises OSError (the run fails closed) naming a path that could
@@ -528,22 +532,31 @@ class Placeholders:
                 raise OSError(errno.EEXIST, problem)
 
     def release(self) -> None:
-        if self._lock < 0:
+        """Let go of them; the last holder removes them, at once (about a millisecond
+        each: removed only when no run and no reserved run of the workspace needs
+        them, so once per run without reservations, and never between reserved ones)."""
+        if self._lock < 0 or os.getpid() != self._pid:
             return
-        fcntl.flock(self._lock, fcntl.LOCK_UN)
-        try:
-            for path in self._made:
-                with _held_lock:
-                    _held[path] -= 1
-                    last = _held[path] == 0
-                    if last:
-                        del _held[path]
-                if last:
-                    _remove_placeholder(path, self._lock)
-        finally:
-            self._made.clear()
-            os.close(self._lock)
-            self._lock = -1
+        lock, made = self._lock, list(self._made)
+        self._lock = -1
+        self._made.clear()
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        assert self._protected is not None
+        _let_go(made, self._protected.workspace, lock)
+
+
+def _let_go(made: list[str], workspace: str, lock: int) -> None:
+    try:
+        for path in made:
+            # Under the same lock as `hold`: a run of this process that holds the path
+            # again meanwhile keeps it (an rmdir here would detach its mount).
+            with _held_lock:
+                _held[path] -= 1
+                if _held[path] == 0:
+                    del _held[path]
+                    _remove_placeholder(path, workspace, lock)
+    finally:
+        os.close(lock)
 
 
 def _workspace_lock(workspace: str) -> int:
@@ -574,7 +587,7 @@ def _open_parent(path: str, workspace: str) -> int:
 
 # Placeholders are marked so that a later run (of any agent) knows them from a
 # directory a user made: this mode, owned by the agent's uid.
-_PLACEHOLDER_MODE = 0o555
+_PLACEHOLDER_MODE = 0o1755
 _FILE_PLACEHOLDER_MODE = 0o444
 
 
@@ -598,9 +611,11 @@ def _make_placeholder(path: str, workspace: str, content: bytes | None) -> str:
                     os.close(fd)
             if content is None:
                 os.chmod(name, _PLACEHOLDER_MODE, dir_fd=parent, follow_symlinks=False)
+            if os.geteuid() == 0:
+                os.chown(name, *_owner(workspace), dir_fd=parent, follow_symlinks=False)
         except FileExistsError:
             st = os.stat(name, dir_fd=parent, follow_symlinks=False)
-            if not _is_placeholder(st):
+            if not _is_placeholder(st, workspace):
                 return f"protected path {path} appeared while the run was set up; run again"
     except OSError as e:
         return f"protected path {path} cannot be held empty: {e.strerror}"
@@ -609,8 +624,17 @@ def _make_placeholder(path: str, workspace: str, content: bytes | None) -> str:
     return ""
 
 
-def _is_placeholder(st: os.stat_result) -> bool:
-    if st.st_uid != os.geteuid():
+def _owner(workspace: str) -> tuple[int, int]:
+    """Who owns the placeholders: the workspace's owner (so that a directory held
+    empty, .vscode say, stays usable on the host), or we when we cannot give them."""
+    st = os.stat(workspace)
+    return (st.st_uid, st.st_gid) if os.geteuid() == 0 else (os.geteuid(), os.getegid())
+
+
+def _is_placeholder(st: os.stat_result, workspace: str) -> bool:
+    """Whether `st` is one of ours: the workspace owner's, of a mode a person rarely
+    gives (a sticky directory with no subdirectory; a read-only file of at most 2 bytes)."""
+    if st.st_uid != _owner(workspace)[0]:
         return False
     if stat.S_ISDIR(st.st_mode):
         return stat.S_IMODE(st.st_mode) == _PLACEHOLDER_MODE and st.st_nlink == 2
@@ -618,7 +642,7 @@ def _is_placeholder(st: os.stat_result) -> bool:
             and st.st_nlink == 1 and st.st_size <= 2)  # fmt: skip
 
 
-def _remove_placeholder(path: str, lock: int) -> None:
+def _remove_placeholder(path: str, workspace: str, lock: int) -> None:
     """Remove an empty placeholder, unless a run of another process holds the lock."""
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -627,7 +651,7 @@ def _remove_placeholder(path: str, lock: int) -> None:
     try:
         with contextlib.suppress(OSError):
             st = os.lstat(path)
-            if _is_placeholder(st):
+            if _is_placeholder(st, workspace):
                 (os.rmdir if stat.S_ISDIR(st.st_mode) else os.unlink)(path)
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
@@ -637,7 +661,7 @@ def _remove_placeholder(path: str, lock: int) -> None:
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
-_MS_BIND, _MS_REC = 0x1000, 0x4000
+_MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 1 << 18
 _SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442
 _OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC = 1, 0o2000000
 _AT_FDCWD, _AT_SYMLINK_NOFOLLOW, _AT_RECURSIVE = -100, 0x100, 0x8000
@@ -675,7 +699,7 @@ def _read_only(path: bytes) -> None:
         raise OSError(ctypes.get_errno(), f"mount_setattr({os.fsdecode(path)}, read-only)")
 
 
-def apply_mounts(protected: ProtectedPaths, empty_file: bytes) -> None:
+def apply_mounts(protected: ProtectedPaths, empty_file: bytes, *, strict: bool = True) -> None:
     """In the command's own mount namespace, after the workspace was bound writable:
     pin the directories on the way, bind every protected path read-only, cover symbolic
     links with `empty_file`. Raises OSError (the run fails closed) when a mount fails,
@@ -693,7 +717,11 @@ def apply_mounts(protected: ProtectedPaths, empty_file: bytes) -> None:
         try:
             _bind(target, target)
         except FileNotFoundError:
-            if path in held:
+            # A placeholder is made before the run and kept until after it: gone, the
+            # workspace was removed meanwhile. A zygote (not strict) goes on: its
+            # request finds the path not read-only (`still_protected`) and is served
+            # by a child set up then, which fails here.
+            if path in held and strict:
                 raise OSError(errno.ENOENT, f"placeholder {path} is gone") from None
             continue
         _read_only(target)
@@ -701,6 +729,15 @@ def apply_mounts(protected: ProtectedPaths, empty_file: bytes) -> None:
         target = os.fsencode(path)
         _bind(empty_file, target)
         _read_only(target)
+
+
+def apply_in_new_mount_namespace(protected: ProtectedPaths, empty_file: bytes, *,
+                                 strict: bool = True) -> None:  # fmt: skip
+    """In a child that has just made a mount namespace of its own (no private /proc):
+    nothing propagates back to the host's, then `apply_mounts`."""
+    if _libc.mount(None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None) != 0:
+        raise OSError(ctypes.get_errno(), "mount(/, MS_REC|MS_PRIVATE)")
+    apply_mounts(protected, empty_file, strict=strict)
 
 
 def still_protected(protected: ProtectedPaths) -> str:
@@ -758,9 +795,10 @@ def landlock_paths(protected: ProtectedPaths) -> tuple[tuple[str, ...], tuple[st
 
 def plan_layer(confinement: Confinement, report: dict[str, str], *,
                protected: ProtectedPaths | None, filesystem: str, mode: str,
-               own_mounts: bool) -> Confinement:  # fmt: skip
-    """The protected paths of one run, in `confinement` (mounts when the command has a
-    mount namespace of its own, else Landlock rules around them) and in `report`
+               own_mounts: bool, root: bool) -> Confinement:  # fmt: skip
+    """The protected paths of one run, in `confinement` (mounts in the command's own
+    mount namespace: private_proc's (`own_mounts`), else one made for them, in a user
+    namespace when unprivileged; else Landlock rules around them) and in `report`
     ("protected-paths"). Raises ConfigurationError when they cannot be enforced (a walk
     past its bound, a hard link), and ConfinementUnavailable under mode="required"
     when neither mechanism is there."""
@@ -778,13 +816,26 @@ def plan_layer(confinement: Confinement, report: dict[str, str], *,
     if own_mounts:
         report[layer] = ("active: read-only mounts in the command's own mount namespace; "
                          + protected.describe())  # fmt: skip
-        return dataclasses.replace(confinement, protected=protected)
+        planned = dataclasses.replace(confinement, protected=protected)
+        # The placeholders live as long as this confinement: the run's, or a reserved
+        # run's whose zygote binds them ahead (so that they are there, the same, when
+        # the next run comes), and go when the last one is dropped.
+        return _with_placeholders(planned, protected)
+    problem = mount_namespace_problem()
+    if not problem:
+        report[layer] = (
+            "active: read-only mounts in a mount namespace of the command's own"
+            + ("" if root else " (in a user namespace)") + "; " + protected.describe())
+        planned = dataclasses.replace(
+            confinement, protected=protected, protected_mount_ns=True,
+            new_userns=confinement.new_userns or not root)  # fmt: skip
+        return _with_placeholders(planned, protected)
     if confinement.landlock_fs:
         read, write = landlock_paths(protected)
         ws = protected.workspace
         report[layer] = (
-            "active: Landlock rules around them (the command has no mount namespace of its "
-            f"own); {protected.describe()}; no entry can be made, removed or renamed in "
+            f"active: Landlock rules around them (no mount namespace: {problem}); "
+            f"{protected.describe()}; no entry can be made, removed or renamed in "
             f"{len([p for p in read if os.path.isdir(p)])} directories on the way, {ws} "
             "among them"
         )
@@ -793,8 +844,7 @@ def plan_layer(confinement: Confinement, report: dict[str, str], *,
             read_paths=(*confinement.read_paths, *read),
             write_paths=(*(p for p in confinement.write_paths if p != ws), *write),
         )
-    why = ("the command has no mount namespace of its own (needs root) and Landlock is "
-           "unavailable")  # fmt: skip
+    why = f"no mount namespace ({problem}) and no Landlock"
     if mode == "required":
         raise ConfinementUnavailable(
             f"confinement='required' but protected paths cannot be enforced: {why}. Run "
@@ -804,6 +854,75 @@ def plan_layer(confinement: Confinement, report: dict[str, str], *,
     missing = report.get("missing")
     report["missing"] = (f"{missing}; " if missing else "") + f"{layer} ({why})"
     return confinement
+
+
+def _with_placeholders(planned: Confinement, protected: ProtectedPaths) -> Confinement:
+    """`planned`, its placeholders made: they live as long as it does (the run's, or a
+    reserved run's whose zygote binds them ahead, so that they are there, the same,
+    when the next run comes) and go when the last confinement holding them is dropped."""
+    holder = Placeholders(protected)
+    holder.hold()
+    weakref.finalize(planned, holder.release)
+    return planned
+
+
+_probed: str | None = None
+_probe_lock = threading.Lock()
+
+
+def mount_namespace_problem() -> str:
+    """'' if a command can have a mount namespace of its own here (in a user namespace
+    when unprivileged) and bind a path read-only in it; else why not. Probed once per
+    process, in a test child."""
+    global _probed
+    with _probe_lock:
+        if _probed is None:
+            _probed = _probe_mount_namespace()
+        return _probed
+
+
+def _probe_mount_namespace() -> str:
+    import subprocess
+
+    if os.environ.get("SANDBOX_CONFINEMENT_UNAVAILABLE", "") in ("all",) or "mount-ns" in (
+            os.environ.get("SANDBOX_CONFINEMENT_UNAVAILABLE", "").split(",")):  # fmt: skip
+        return "simulated: SANDBOX_CONFINEMENT_UNAVAILABLE names mount-ns"
+    true = "/bin/true" if os.path.exists("/bin/true") else "/usr/bin/true"
+    scratch = tempfile.mkdtemp(prefix="sandbox-mntprobe-")
+    empty = ProtectedPaths(workspace=scratch, patterns=("x",), read_only=(scratch,))
+    maps = (b"%d %d 1" % (os.geteuid(), os.geteuid()), b"%d %d 1" % (os.getegid(), os.getegid()))
+    root = os.geteuid() == 0
+
+    def child() -> None:
+        if _libc.unshare(ctypes.c_int(0x00020000 | (0 if root else 0x10000000))) != 0:
+            raise OSError(ctypes.get_errno(), "unshare")
+        if not root:
+            for path, data in (("/proc/self/setgroups", b"deny"),
+                               ("/proc/self/uid_map", maps[0]), ("/proc/self/gid_map", maps[1])):
+                fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, data)
+                finally:
+                    os.close(fd)
+        apply_in_new_mount_namespace(empty, b"")
+
+    try:
+        done = subprocess.run([true], preexec_fn=child, stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=10, check=False)  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"a test child could not make one: {e}" + (
+            "" if root else " (an unprivileged agent needs user namespaces)")
+    finally:
+        os.rmdir(scratch)
+    if done.returncode != 0:
+        return f"a test child exited with status {done.returncode}"
+    return ""
+
+
+def needs_placeholders(request: ConfinementRequest | None) -> bool:
+    """Whether a run of `request` holds absent protected names with placeholders."""
+    found = request.protected if request is not None else None
+    return found is not None and bool(found.placeholders or found.placeholder_files)
 
 
 async def attach(request: ConfinementRequest, workspace: str) -> ConfinementRequest:
