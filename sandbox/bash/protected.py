@@ -383,6 +383,11 @@ def scan(workspace: str, patterns: tuple[str, ...], *, limit: int | None = None)
     if protect_git:
         for gitfile in gitfiles:
             targets.add(gitfile)
+        if workspace not in {os.path.dirname(g) for g in git_dirs | gitfiles}:
+            # No repository at the root: none may be made there (the host's git would
+            # take it for the workspace's, above any repository it lies in).
+            for entry in git_entries:
+                targets.add(os.path.join(workspace, ".git", entry))
 
     read_only: set[str] = set()
     links: set[str] = set()
