@@ -25,9 +25,8 @@ import anyio
 import pytest
 
 from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
-from sandbox.bash import confinement
+from sandbox.bash import confinement, protected
 from sandbox.bash import process as process_module
-from sandbox.bash import protected
 from sandbox.errors import ConfigurationError, PolicyFileError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
