@@ -514,3 +514,36 @@ def test_an_unprivileged_agent_protects_them_too(throwaway_user: pwd.struct_pass
     host_runs(home, ws)
     assert not marker.exists(), out
     assert not (ws / ".envrc").exists()
+
+
+NAMED = {
+    # core.hooksPath = .husky (husky's layout): the hooks are workspace files.
+    "hooksPath": ("git config core.hooksPath .husky && mkdir .husky && "
+                  "printf '#!/bin/sh\\ntrue\\n' > .husky/pre-commit && chmod +x .husky/pre-commit",
+                  "printf '#!/bin/sh\\ntouch {marker}\\n' > .husky/pre-commit"),
+    # include.path: more configuration, in the workspace.
+    "include.path": ("printf '[user]\\n\\tname = t\\n' > team.gitconfig && "
+                     "git config include.path ../team.gitconfig",
+                     "printf '[core]\\n\\tfsmonitor = touch {marker}\\n' >> team.gitconfig"),
+    # A hook that is a link to a tracked script.
+    "hook symlink": ("mkdir scripts && printf '#!/bin/sh\\ntrue\\n' > scripts/pre-commit && "
+                     "chmod +x scripts/pre-commit && ln -s ../../scripts/pre-commit "
+                     ".git/hooks/pre-commit",
+                     "printf '#!/bin/sh\\ntouch {marker}\\n' > scripts/pre-commit"),
+}
+
+
+@needs_git
+@needs_mounts
+@pytest.mark.parametrize("protect", [True, False], ids=["protected", "control"])
+@pytest.mark.parametrize("name", list(NAMED))
+async def test_what_a_protected_config_or_hook_names_is_protected(
+        shared_workspace: Path, home: Path, marker: Path, name: str, protect: bool) -> None:  # fmt: skip
+    make_repo(home, shared_workspace)
+    setup, script = NAMED[name]
+    done = subprocess.run(["bash", "-c", setup], cwd=shared_workspace, capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(home)})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = await attack(shared_workspace, script.format(marker=marker), protect=protect)
+    host_runs(home, shared_workspace)
+    assert marker.exists() is not protect, result

@@ -389,6 +389,12 @@ def scan(workspace: str, patterns: tuple[str, ...], *, limit: int | None = None)
             for entry in git_entries:
                 targets.add(os.path.join(workspace, ".git", entry))
 
+    # What a protected configuration names inside the workspace is as good as it:
+    # core.hooksPath (husky's .husky/), include.path, includeIf.*.path.
+    for git_dir in sorted(git_dirs):
+        worktree = os.path.dirname(git_dir) if os.path.basename(git_dir) == ".git" else git_dir
+        targets.update(_named_by_config(os.path.join(git_dir, "config"), worktree, workspace))
+
     read_only: set[str] = set()
     links: set[str] = set()
     placeholders: set[str] = set()
@@ -427,6 +433,12 @@ def scan(workspace: str, patterns: tuple[str, ...], *, limit: int | None = None)
         keep.add(path)
     if not problem:
         problem = _hard_links(sorted(p for p in read_only if p in keep))
+    # A symbolic link inside a protected directory (.git/hooks/pre-commit ->
+    # ../../scripts/pre-commit) makes its target in the workspace protected too.
+    for target in _link_targets(sorted(read_only & keep), workspace):
+        if not any(_inside(target, k) for k in keep) and os.path.lexists(target):
+            keep.add(target)
+            read_only.add(target)
     pinned: set[str] = set()
     for path in keep:
         parent = os.path.dirname(path)
@@ -465,6 +477,65 @@ def _classify(target: str, workspace: str) -> tuple[str, str] | str:
         if not last and not stat.S_ISDIR(st.st_mode):
             return "exists", current  # a file where a directory was expected: keep it
     return "exists", current
+
+
+_CONFIG_MAX = 1 << 20
+_PATH_KEYS = ("core.hookspath", "include.path")
+
+
+def _named_by_config(config: str, worktree: str, workspace: str, depth: int = 0
+                     ) -> set[str]:  # fmt: skip
+    """Paths inside `workspace` that git configuration file `config` names as hooks or
+    as more configuration (followed up to three includes deep)."""
+    found: set[str] = set()
+    try:
+        fd = os.open(config, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return found
+    try:
+        text = os.read(fd, _CONFIG_MAX).decode("utf-8", "replace")
+    except OSError:
+        return found
+    finally:
+        os.close(fd)
+    section = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and "]" in line:
+            section = line[1:line.index("]")].split()[0].split(".")[0].lower() if (
+                line[1:line.index("]")].split()) else ""  # fmt: skip
+            line = line[line.index("]") + 1:].strip()
+            if not line:
+                continue
+        if "=" not in line:
+            continue
+        key, value = (part.strip() for part in line.split("=", 1))
+        value = value.split(" #")[0].split(" ;")[0].strip().strip('"')
+        name = f"{section}.{key.lower()}"
+        if name not in _PATH_KEYS and not (section == "includeif" and key.lower() == "path"):
+            continue
+        if not value or value.startswith("~"):
+            continue
+        base = worktree if name == "core.hookspath" else os.path.dirname(config)
+        path = os.path.normpath(os.path.join(base, value))
+        if _inside(path, workspace) and path != workspace:
+            found.add(path)
+            if name != "core.hookspath" and depth < 3:
+                found |= _named_by_config(path, worktree, workspace, depth + 1)
+    return found
+
+
+def _link_targets(paths: list[str], workspace: str) -> set[str]:
+    found: set[str] = set()
+    for path in paths:
+        for file in _files_under(path):
+            if os.path.islink(file):
+                target = os.path.realpath(file)
+                if _inside(target, workspace) and target != workspace:
+                    found.add(target)
+    return found
 
 
 def _hard_links(paths: list[str]) -> str:
