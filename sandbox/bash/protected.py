@@ -236,8 +236,7 @@ def _listing(path: str, now: float) -> _Dir | None:
     if not stat.S_ISDIR(st.st_mode):
         return None
     stamp = (st.st_dev, st.st_ino, st.st_mtime_ns)
-    with _cache_lock:
-        kept = _cache.get(path)
+    kept = _cache.get(path)  # a dict read is atomic; writes take the lock
     if kept is not None and kept.stamp == stamp:
         return kept
     subdirs: list[str] = []
@@ -308,6 +307,10 @@ def scan(workspace: str, patterns: tuple[str, ...], *, limit: int | None = None)
     git_entries = sorted({p.split("/", 1)[1] for p in floating if p.startswith(".git/")} | (
         set(_GIT_DIR_ALWAYS) if any(p.startswith(".git/") for p in floating) else set()))
     tops = [p for p in floating if not p.startswith(".git/")]  # matched in every directory
+    firsts: dict[str, list[str]] = {}
+    for pattern in tops:
+        firsts.setdefault(pattern.split("/", 1)[0], []).append(pattern)
+    first_names = frozenset(firsts)
     protect_git = bool(git_entries)
     now = time.time()
 
@@ -360,9 +363,8 @@ def scan(workspace: str, patterns: tuple[str, ...], *, limit: int | None = None)
                     if target is not None and os.path.isdir(target):
                         git_dirs.add(target)
         if not in_git_dir:
-            for pattern in tops:
-                first = pattern.split("/", 1)[0]
-                if first in names:
+            for first in first_names & names:
+                for pattern in firsts[first]:
                     targets.add(os.path.join(top, pattern))
         for name in listing.subdirs:
             if in_git_dir and name in _GIT_DIR_SKIP:
