@@ -49,10 +49,12 @@ made, removed or renamed (EACCES).
 
 A walk past `SCAN_LIMIT` directories fails closed: the run is refused, naming the fix
 (anchor the entries at the root, which needs no walk, or raise the limit with
-``SANDBOX_PROTECTED_SCAN_LIMIT``). The walk keeps, per directory, what it found
-against the directory's inode and modification time, so the next scan of an unchanged
-tree lists nothing again (a directory modified in the last two seconds is always
-listed again: its timestamp may not have ticked yet).
+``SANDBOX_PROTECTED_SCAN_LIMIT``). The walk keeps, per directory, what it found, and
+watches each directory with inotify: a later scan lists again only directories that
+changed (an entry made, removed or renamed), and when none did, reuses the walk's
+findings whole. Without inotify (or past a quarter of the user's watches), a
+directory's inode and modification time decide, and one modified in the last two
+seconds is always listed again (its timestamp may not have ticked yet).
 
 Codex (codex-rs/linux-sandbox, ``bwrap.rs``) binds ``.git`` and ``.codex`` of each
 writable root read-only, covers a missing one's first absent component with
@@ -72,6 +74,7 @@ import fcntl
 import hashlib
 import os
 import stat
+import struct
 import tempfile
 import threading
 import time
@@ -227,8 +230,104 @@ _cache: dict[str, _Dir] = {}
 _cache_lock = threading.Lock()
 
 
-def _listing(path: str, now: float) -> _Dir | None:
-    """The subdirectories and names of `path`, from the cache when it has not changed."""
+_IN_MOVED_FROM, _IN_MOVED_TO, _IN_CREATE, _IN_DELETE = 0x40, 0x80, 0x100, 0x200
+_IN_DELETE_SELF, _IN_MOVE_SELF, _IN_Q_OVERFLOW, _IN_IGNORED = 0x400, 0x800, 0x4000, 0x8000
+_IN_ONLYDIR, _IN_DONT_FOLLOW = 0x1000000, 0x2000000
+_WATCH_MASK = (_IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE | _IN_DELETE_SELF
+               | _IN_MOVE_SELF | _IN_ONLYDIR | _IN_DONT_FOLLOW)  # fmt: skip
+_WATCHED_WORKSPACES = 4
+
+
+class _Watch:
+    """Which directories of one workspace changed (an entry made, removed or renamed)
+    since they were listed, from inotify: one with no event is neither listed nor even
+    stat'ed again, so a scan of an unchanged tree of any size costs a walk of the cache.
+    The watch is added before the listing, so an entry made meanwhile is an event. A
+    queue overflow, or watches past `limit` (they are the user's too: an editor needs
+    its own), leave those directories to the modification-time check."""
+
+    def __init__(self, limit: int) -> None:
+        self.fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.paths: dict[int, str] = {}
+        self.watched: dict[str, int] = {}
+        self.clean: set[str] = set()
+        self.limit = limit
+
+    def drain(self) -> None:
+        while self.fd >= 0:
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                self.close()
+                return
+            offset = 0
+            while offset + 16 <= len(data):
+                wd, mask, _cookie, length = struct.unpack_from("iIII", data, offset)
+                offset += 16 + length
+                if mask & _IN_Q_OVERFLOW:
+                    self.clean.clear()
+                    continue
+                path = self.paths.get(wd)
+                if path is None:
+                    continue
+                self.clean.discard(path)
+                if mask & (_IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED):
+                    self.paths.pop(wd, None)
+                    if self.watched.get(path) == wd:
+                        del self.watched[path]
+
+    def watch(self, path: str) -> bool:
+        if self.fd < 0 or (path not in self.watched and len(self.watched) >= self.limit):
+            return False
+        wd = _libc.inotify_add_watch(self.fd, os.fsencode(path), ctypes.c_uint32(_WATCH_MASK))
+        if wd < 0:
+            return False
+        old = self.paths.get(wd)
+        if old is not None and old != path:  # the same directory, renamed
+            self.watched.pop(old, None)
+            self.clean.discard(old)
+        self.paths[wd] = path
+        self.watched[path] = wd
+        return True
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.clean.clear()
+
+
+_watches: dict[str, _Watch] = {}
+
+
+def _watch_of(workspace: str) -> _Watch:
+    watch = _watches.pop(workspace, None)
+    if watch is None:
+        watch = _Watch(min(SCAN_LIMIT, _max_user_watches() // 4))
+    _watches[workspace] = watch  # most recently used last
+    while len(_watches) > _WATCHED_WORKSPACES:
+        _watches.pop(next(iter(_watches))).close()
+    return watch
+
+
+def _max_user_watches() -> int:
+    try:
+        with open("/proc/sys/fs/inotify/max_user_watches") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 8192
+
+
+def _listing(path: str, now: float, watch: _Watch | None = None) -> _Dir | None:
+    """The subdirectories and names of `path`, from the cache when it has not changed
+    (no inotify event since it was listed, or else the same modification time)."""
+    if watch is not None and path in watch.clean:
+        kept = _cache.get(path)
+        if kept is not None:
+            return kept
+    watched = watch is not None and watch.watch(path)
     try:
         st = os.lstat(path)
     except OSError:
@@ -238,6 +337,8 @@ def _listing(path: str, now: float) -> _Dir | None:
     stamp = (st.st_dev, st.st_ino, st.st_mtime_ns)
     kept = _cache.get(path)  # a dict read is atomic; writes take the lock
     if kept is not None and kept.stamp == stamp:
+        if watched and watch is not None:
+            watch.clean.add(path)
         return kept
     subdirs: list[str] = []
     names: list[str] = []
@@ -253,11 +354,13 @@ def _listing(path: str, now: float) -> _Dir | None:
     except OSError:
         return None
     listing = _Dir(stamp, subdirs, frozenset(names))
-    if now - st.st_mtime_ns / 1e9 > _RACY_SECONDS:
+    if watched or now - st.st_mtime_ns / 1e9 > _RACY_SECONDS:
         with _cache_lock:
             if len(_cache) > 4 * SCAN_LIMIT:
                 _cache.clear()
             _cache[path] = listing
+        if watched and watch is not None:
+            watch.clean.add(path)
     return listing
 
 
@@ -310,10 +413,37 @@ def scan(workspace: str, patterns: tuple[str, ...], *, limit: int | None = None)
     firsts: dict[str, list[str]] = {}
     for pattern in tops:
         firsts.setdefault(pattern.split("/", 1)[0], []).append(pattern)
-    first_names = frozenset(firsts)
     protect_git = bool(git_entries)
     now = time.time()
+    with _cache_lock:
+        watch = _watch_of(workspace)
+    with _scan_lock:
+        watch.drain()
+        return _scan(workspace, patterns, limit, anchored, floating, git_entries, tops,
+                      firsts, protect_git, now, watch)
 
+
+_scan_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class _Walked:
+    walked: frozenset[str]
+    targets: frozenset[str]
+    git_dirs: frozenset[str]
+    repo_roots: frozenset[str]
+    gitfiles: frozenset[str]
+    directories: int
+
+
+_walks: dict[tuple[str, tuple[str, ...], int], _Walked] = {}
+
+
+def _walk(workspace: str, limit: int, anchored: list[str], floating: list[str],
+          firsts: dict[str, list[str]], first_names: frozenset[str], protect_git: bool,
+          now: float, watch: _Watch
+          ) -> tuple[set[str], set[str], set[str], set[str], int, str, list[str]]:  # fmt: skip
+    walked: list[str] = []
     targets: set[str] = set()  # protected, existing or not
     git_dirs: set[str] = set()
     repo_roots: set[str] = {workspace}
@@ -330,6 +460,7 @@ def scan(workspace: str, patterns: tuple[str, ...], *, limit: int | None = None)
     stack = [workspace] if walk else []
     while stack:
         top = stack.pop()
+        walked.append(top)
         directories += 1
         if directories > limit:
             problem = (
@@ -339,7 +470,7 @@ def scan(workspace: str, patterns: tuple[str, ...], *, limit: int | None = None)
                 "'/.envrc']), which needs no walk, or raise SANDBOX_PROTECTED_SCAN_LIMIT"
             )
             break
-        listing = _listing(top, now)
+        listing = _listing(top, now, watch)
         if listing is None:
             continue
         names = listing.names
@@ -370,6 +501,36 @@ def scan(workspace: str, patterns: tuple[str, ...], *, limit: int | None = None)
             if in_git_dir and name in _GIT_DIR_SKIP:
                 continue
             stack.append(os.path.join(top, name))
+
+    return targets, git_dirs, repo_roots, gitfiles, directories, problem, walked
+
+
+def _scan(workspace: str, patterns: tuple[str, ...], limit: int, anchored: list[str],
+          floating: list[str], git_entries: list[str], tops: list[str],
+          firsts: dict[str, list[str]], protect_git: bool, now: float, watch: _Watch
+          ) -> ProtectedPaths:  # fmt: skip
+    first_names = frozenset(firsts)
+
+    key = (workspace, patterns, limit)
+    kept = _walks.get(key)
+    if kept is not None and kept.walked <= watch.clean:
+        # Not a directory of the last walk changed since (inotify): its findings stand.
+        # What they lead to (configs, links, placeholders) is examined again below.
+        targets, git_dirs = set(kept.targets), set(kept.git_dirs)
+        repo_roots, gitfiles = set(kept.repo_roots), set(kept.gitfiles)
+        directories, problem = kept.directories, ""
+    else:
+        targets, git_dirs, repo_roots, gitfiles, directories, problem, walked = _walk(
+            workspace, limit, anchored, floating, firsts, first_names, protect_git, now,
+            watch)  # fmt: skip
+        if not problem:
+            _walks.pop(key, None)
+            _walks[key] = _Walked(frozenset(walked), frozenset(targets), frozenset(git_dirs),
+                                  frozenset(repo_roots), frozenset(gitfiles), directories)
+            while len(_walks) > _WATCHED_WORKSPACES:
+                _walks.pop(next(iter(_walks)))
+    if any(rel == ".git" or rel.startswith(".git/") for rel in anchored):
+        protect_git = True
 
     if problem:
         return ProtectedPaths(workspace=workspace, patterns=patterns, problem=problem,
