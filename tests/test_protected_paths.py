@@ -181,6 +181,7 @@ ABSENT_NAMES = {
     ".mcp.json": "python3 -c \"open('.mcp.json', 'w').write('{{}}')\"",
     ".gitattributes": "echo '* diff=evil' > .gitattributes",
     ".idea": "ln -s /tmp .idea",
+    ".gitconfig": "printf '[core]\\n\\tpager = touch {marker}\\n' > .gitconfig",
 }
 
 
@@ -547,3 +548,24 @@ async def test_what_a_protected_config_or_hook_names_is_protected(
     result = await attack(shared_workspace, script.format(marker=marker), protect=protect)
     host_runs(home, shared_workspace)
     assert marker.exists() is not protect, result
+
+
+@needs_mounts
+async def test_a_directory_past_path_max_refuses_the_run(shared_workspace: Path) -> None:
+    """A repository below a path longer than PATH_MAX cannot be named to be bound: the
+    run fails closed instead of leaving it writable."""
+    fd = os.open(shared_workspace, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(90):  # 90 * 51 characters > 4096
+            os.mkdir("d" * 50, dir_fd=fd)
+            inner = os.open("d" * 50, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        os.mkdir(".git", dir_fd=fd)
+    finally:
+        os.close(fd)
+    tool = ExecuteBashTool(workspace=shared_workspace, policy=BashToolPolicy(drop_privileges=False))
+    result = await tool.run_async(args={"command": "touch ran"}, tool_context=ctx())
+    assert "cannot be examined" in result["error"], result
+    assert not (shared_workspace / "ran").exists()
+    shutil.rmtree(shared_workspace / ("d" * 50), ignore_errors=True)

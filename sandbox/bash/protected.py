@@ -107,6 +107,7 @@ DEFAULT_PROTECTED_PATHS = (
     ".git/config", ".git/hooks", ".git/info", ".gitmodules", ".gitattributes",
     ".envrc", ".bashrc", ".profile", ".bash_profile", ".zshrc",
     ".vscode", ".idea", ".claude", ".mcp.json",
+    ".gitconfig",  # git's global configuration when the workspace is a home directory
 )  # fmt: skip
 # In protected_paths: the default list, at this place.
 DEFAULTS = "@default"
@@ -320,9 +321,15 @@ def _max_user_watches() -> int:
         return 8192
 
 
+class _Unlistable(Exception):
+    """A directory that cannot be listed, but could be written by the command."""
+
+
 def _listing(path: str, now: float, watch: _Watch | None = None) -> _Dir | None:
     """The subdirectories and names of `path`, from the cache when it has not changed
-    (no inotify event since it was listed, or else the same modification time)."""
+    (no inotify event since it was listed, or else the same modification time).
+    None when it is gone; raises _Unlistable when what is in it cannot be known (a
+    path too long, a directory of ours we may not read: a command could chmod it)."""
     if watch is not None and path in watch.clean:
         kept = _cache.get(path)
         if kept is not None:
@@ -330,8 +337,10 @@ def _listing(path: str, now: float, watch: _Watch | None = None) -> _Dir | None:
     watched = watch is not None and watch.watch(path)
     try:
         st = os.lstat(path)
-    except OSError:
+    except FileNotFoundError:
         return None
+    except OSError as e:
+        raise _Unlistable(f"{path}: {e.strerror}") from None
     if not stat.S_ISDIR(st.st_mode):
         return None
     stamp = (st.st_dev, st.st_ino, st.st_mtime_ns)
@@ -351,8 +360,14 @@ def _listing(path: str, now: float, watch: _Watch | None = None) -> _Dir | None:
                         subdirs.append(entry.name)
                 except OSError:
                     continue
-    except OSError:
+    except FileNotFoundError:
         return None
+    except PermissionError:
+        if st.st_uid != os.geteuid():
+            return None  # not ours: a command (our uid) cannot open it up either
+        raise _Unlistable(f"{path}: permission denied") from None
+    except OSError as e:
+        raise _Unlistable(f"{path}: {e.strerror}") from None
     listing = _Dir(stamp, subdirs, frozenset(names))
     if watched or now - st.st_mtime_ns / 1e9 > _RACY_SECONDS:
         with _cache_lock:
@@ -470,7 +485,13 @@ def _walk(workspace: str, limit: int, anchored: list[str], floating: list[str],
                 "'/.envrc']), which needs no walk, or raise SANDBOX_PROTECTED_SCAN_LIMIT"
             )
             break
-        listing = _listing(top, now, watch)
+        try:
+            listing = _listing(top, now, watch)
+        except _Unlistable as e:
+            problem = (f"a directory of the workspace cannot be examined ({e}), so a "
+                       "protected path in it could not be protected: make it readable "
+                       "or remove it")  # fmt: skip
+            break
         if listing is None:
             continue
         names = listing.names
