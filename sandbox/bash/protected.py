@@ -785,9 +785,13 @@ class Placeholders:
             *((p, None) for p in protected.placeholders), *protected.placeholder_files]
         for path, content in wanted:
             with _held_lock:
-                _held[path] = _held.get(path, 0) + 1
+                held = _held.get(path, 0)
+                _held[path] = held + 1
                 self._made.append(path)
-                problem = _make_placeholder(path, protected.workspace, content)
+                # Held by another confinement of ours already: there, and bound by it
+                # (only the last holder removes it).
+                problem = "" if held and os.path.lexists(path) else _make_placeholder(
+                    path, protected.workspace, content)  # fmt: skip
             if problem:
                 raise OSError(errno.EEXIST, problem)
 
