@@ -569,3 +569,34 @@ async def test_a_directory_past_path_max_refuses_the_run(shared_workspace: Path)
     assert "cannot be examined" in result["error"], result
     assert not (shared_workspace / "ran").exists()
     shutil.rmtree(shared_workspace / ("d" * 50), ignore_errors=True)
+
+
+ISSUE_CASES = [
+    "cd .git && printf '[core]\\n\\tfsmonitor = touch {marker}\\n' >> config",
+    "printf '#!/bin/sh\\ntouch {marker}\\n' > hook && cp hook .git/hooks/pre-commit",
+]
+
+
+@needs_git
+@needs_mounts
+@pytest.mark.parametrize("command", ISSUE_CASES, ids=["cd .git >> config", "cp hook"])
+async def test_the_issue_cases_under_python_dev(shared_workspace: Path, home: Path,
+                                                marker: Path, command: str) -> None:  # fmt: skip
+    """The held-out cases of issue 16 item 3, through the shipped python-dev policy (a
+    human approved whatever it asked about): whether the policy lets them through or
+    not, nothing lands and the host's git runs nothing. (With protected_paths=() both
+    land: checked by hand, and by the control runs above.)"""
+    from sandbox.policies import resolve
+
+    make_repo(home, shared_workspace)
+    # python-dev drops root privileges to the workspace's owner: make that someone
+    # other than root, who may write every file of it.
+    subprocess.run(["chown", "-R", "65534:65534", str(shared_workspace)], check=True)
+    policy = BashToolPolicy.from_toml(resolve("python-dev"))
+    tool = ExecuteBashTool(workspace=shared_workspace, policy=policy)
+    result = await tool.run_async(args={"command": command.format(marker=marker)},
+                                  tool_context=ctx())  # fmt: skip
+    host_runs(home, shared_workspace)
+    assert not marker.exists(), result
+    if "error" not in result:
+        assert "Read-only file system" in result["stderr"], result
