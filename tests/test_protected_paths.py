@@ -600,3 +600,16 @@ async def test_the_issue_cases_under_python_dev(shared_workspace: Path, home: Pa
     assert not marker.exists(), result
     if "error" not in result:
         assert "Read-only file system" in result["stderr"], result
+
+
+@needs_git
+@needs_mounts
+async def test_a_workspace_that_is_a_bare_repository(shared_workspace: Path, home: Path,
+                                                     marker: Path) -> None:  # fmt: skip
+    assert host_git(home, shared_workspace, "init", "-q", "--bare", ".").returncode == 0
+    before = (shared_workspace / "config").read_text()
+    result = await attack(shared_workspace, (FSMONITOR + " >> config; " + HOOK
+                                             + "; cp hook hooks/pre-receive").format(marker=marker),
+                          protect=True)  # fmt: skip
+    assert (shared_workspace / "config").read_text() == before, result
+    assert not (shared_workspace / "hooks" / "pre-receive").exists()

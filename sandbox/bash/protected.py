@@ -496,7 +496,7 @@ def _walk(workspace: str, limit: int, anchored: list[str], floating: list[str],
             continue
         names = listing.names
         in_git_dir = top in git_dirs
-        if not in_git_dir and _is_bare_repository(top, names) and top != workspace:
+        if not in_git_dir and _is_bare_repository(top, names):  # the root itself too
             git_dirs.add(top)
             in_git_dir = True
         if ".git" in names and protect_git:
