@@ -481,8 +481,12 @@ def throwaway_user() -> Iterator[pwd.struct_passwd]:
 @needs_git
 @pytest.mark.skipif(shutil.which("setpriv") is None or shutil.which("useradd") is None,
                     reason="needs setpriv and useradd")  # fmt: skip
+@pytest.mark.parametrize("unavailable", ["", "mount-ns"], ids=["user-namespace", "landlock"])
 def test_an_unprivileged_agent_protects_them_too(throwaway_user: pwd.struct_passwd,
-                                                 home: Path, marker: Path) -> None:  # fmt: skip
+                                                 home: Path, marker: Path,
+                                                 unavailable: str) -> None:  # fmt: skip
+    """An agent running as a throwaway ordinary user: its commands get a mount namespace
+    in a user namespace; told that none works, Landlock rules around the paths."""
     python = shutil.which("python3", path="/usr/bin:/bin")
     site = [p for p in sys.path if p.endswith("site-packages") and os.access(p, os.R_OK)]
     if python is None or not site:
@@ -504,14 +508,16 @@ def test_an_unprivileged_agent_protects_them_too(throwaway_user: pwd.struct_pass
          str(throwaway_user.pw_gid), "--clear-groups", python, "-c", _AGENT, str(ws),
          json.dumps(attacks)],
         env={"PATH": "/usr/bin:/bin", "HOME": throwaway_user.pw_dir,
-             "PYTHONPATH": ":".join([str(repo), *site])},
+             "PYTHONPATH": ":".join([str(repo), *site]),
+             confinement.UNAVAILABLE_ENV: unavailable},
         capture_output=True, text=True, timeout=100, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     for name, seen in out.items():
         assert seen["error"] is None, (name, seen)
-        assert seen["protected"].startswith("active: "), (name, seen)
+        mechanism = "active: Landlock" if unavailable else "active: read-only mounts in a mount"
+        assert seen["protected"].startswith(mechanism), (name, seen)
     host_runs(home, ws)
     assert not marker.exists(), out
     assert not (ws / ".envrc").exists()

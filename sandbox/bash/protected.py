@@ -824,10 +824,19 @@ def _let_go(made: list[str], workspace: str, lock: int) -> None:
 
 
 def _workspace_lock(workspace: str) -> int:
+    """The lock file of `workspace`'s placeholders, in a directory of this uid's own
+    (/run/sandbox for root, else one in the temporary directory, made 0700 and checked
+    to be ours: another user could otherwise plant the file, or a link there)."""
     digest = hashlib.sha256(os.fsencode(workspace)).hexdigest()[:24]
-    base = "/run/sandbox" if os.geteuid() == 0 and os.path.isdir("/run") else tempfile.gettempdir()
+    uid = os.geteuid()
+    base = "/run/sandbox" if uid == 0 and os.path.isdir("/run") else os.path.join(
+        tempfile.gettempdir(), f"sandbox-protected-{uid}")  # fmt: skip
     with contextlib.suppress(FileExistsError):
         os.mkdir(base, 0o700)
+    st = os.lstat(base)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o022:
+        raise OSError(errno.EPERM, f"{base} is not a private directory of uid {uid}: "
+                      "remove it")  # fmt: skip
     path = os.path.join(base, f"protected-{digest}.lock")
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
 
