@@ -1465,4 +1465,6 @@ def describe_kernel() -> dict[str, object]:
             layers[layer] = f"available: {detail}"
         else:
             layers[layer] = f"unavailable: {kernel.missing[layer]}"
+    layers["protected-paths"] = _protected.describe_mechanism(  # sandbox/bash/protected.py
+        private_proc=kernel.has("private-proc"), landlock=kernel.has("landlock-fs"))
     return {"landlock_abi": kernel.landlock_abi, "layers": layers}

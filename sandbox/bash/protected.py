@@ -94,9 +94,12 @@ __all__ = [
     "SCAN_LIMIT",
     "Placeholders",
     "ProtectedPaths",
+    "apply_in_new_mount_namespace",
     "apply_mounts",
     "attach",
+    "describe_mechanism",
     "landlock_paths",
+    "mount_namespace_problem",
     "plan_layer",
     "resolve_patterns",
     "scan",
@@ -1192,10 +1195,18 @@ def _probe_mount_namespace() -> str:
     return ""
 
 
-def needs_placeholders(request: ConfinementRequest | None) -> bool:
-    """Whether a run of `request` holds absent protected names with placeholders."""
-    found = request.protected if request is not None else None
-    return found is not None and bool(found.placeholders or found.placeholder_files)
+def describe_mechanism(*, private_proc: bool, landlock: bool) -> str:
+    """For `sandbox doctor`: how protected paths are enforced on this machine."""
+    if private_proc:
+        return "available: read-only mounts in each command's own mount namespace"
+    problem = mount_namespace_problem()
+    if not problem:
+        return ("available: read-only mounts in a mount namespace made for each command"
+                + ("" if os.geteuid() == 0 else " (in a user namespace)"))
+    if landlock:
+        return (f"available: Landlock rules around them (no mount namespace: {problem}); "
+                "no new entry can be made at the workspace root or in a git directory")
+    return f"unavailable: no mount namespace ({problem}) and no Landlock"
 
 
 async def attach(request: ConfinementRequest, workspace: str) -> ConfinementRequest:
