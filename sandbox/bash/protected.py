@@ -1085,7 +1085,7 @@ def plan_layer(confinement: Confinement, report: dict[str, str], *,
         report[layer] = "active: the whole workspace is read-only"
         return confinement
     if protected is None or not protected.patterns:
-        report[layer] = "inactive: protected_paths is empty in the policy"
+        report[layer] = "inactive: no protected paths for this run (protected_paths is empty)"
         return confinement
     if protected.problem:
         raise ConfigurationError(f"protected paths cannot be enforced: {protected.problem}")
