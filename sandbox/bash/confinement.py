@@ -62,6 +62,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandbox.bash import protected as _protected
 from sandbox.errors import ConfigurationError
 
 __all__ = [
@@ -124,6 +125,9 @@ class ConfinementRequest:
     talk to servers it starts itself, never to the host's listeners) or "host".
     mode: "best-effort" (run with what the kernel offers; report the rest),
     "required" (refuse to run when a layer is missing) or "none" (no OS confinement).
+    protected_paths: paths inside a writable workspace no command may change (resolved
+    entries, see `sandbox.bash.protected`); protected: their scan for one run (the
+    process layer attaches it before planning; None: nothing attached).
     """
 
     filesystem: str = "read-write"
@@ -131,6 +135,8 @@ class ConfinementRequest:
     writable_paths: tuple[str, ...] = ()
     network: str = "none"
     mode: str = "best-effort"
+    protected_paths: tuple[str, ...] = _protected.DEFAULT_PROTECTED_PATHS
+    protected: _protected.ProtectedPaths | None = None
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -196,6 +202,11 @@ class Confinement:
     hide_etc_secrets: bool = False
     euid: int = 0
     egid: int = 0
+    # Protected paths inside the workspace, mounted read-only in the command's mount
+    # namespace: private_proc's, or (protected_mount_ns) one made for them alone, in a
+    # user namespace when unprivileged. Without either they are Landlock rules instead.
+    protected: _protected.ProtectedPaths | None = None
+    protected_mount_ns: bool = False
 
 
 # --------------------------------------------------------------------------- detection
@@ -593,6 +604,9 @@ def plan(
         report["identity"] = "active: runs as an unprivileged uid"
     if missing:
         report["missing"] = "; ".join(f"{layer} ({why})" for layer, why in missing.items())
+    confinement = _protected.plan_layer(  # sandbox/bash/protected.py
+        confinement, report, protected=request.protected, filesystem=request.filesystem,
+        mode=request.mode, own_mounts=private_proc, root=root)  # fmt: skip
     return confinement, report
 
 
@@ -1522,6 +1536,10 @@ class Prepared:
         self._rules: _Rules | None = None
         self._etc_generation = 0
         self._own_mounts = False  # set in the child that made its own mount namespace
+        self._empty_file = b""  # covers a protected name that is a symbolic link
+        self.ahead = False  # a zygote's, applied ahead of its request (child.py)
+        if c.protected is not None and c.protected.links:
+            self._empty_file = _etc_secrets.placeholder_paths()[1]
         self._run_paths: tuple[str, ...] = ()  # a zygote's run's TMPDIR, given later
         if c.landlock_abi and (c.landlock_fs or c.landlock_net or c.landlock_scopes):
             self._rules = _cached_rules(c)
@@ -1559,6 +1577,7 @@ class Prepared:
             self._unshare_flags = (
                 (_CLONE_NEWNET if c.new_netns and self._netns < 0 else 0)
                 | (_CLONE_NEWUSER if self._own_userns else 0)
+                | (_CLONE_NEWNS if c.protected_mount_ns else 0)
             )
         except BaseException:
             self.close()
@@ -1595,6 +1614,10 @@ class Prepared:
                 s.close()
             if c.proxy_channel >= 0:
                 send_proxy_listeners(c.proxy_channel, c.proxy_ports)
+        if c.protected_mount_ns and c.protected is not None:  # sandbox/bash/protected.py
+            _protected.apply_in_new_mount_namespace(c.protected, self._empty_file,
+                                                    strict=not self.ahead)  # fmt: skip
+            self._own_mounts = True
         if c.private_proc:
             self._private_proc()
 
@@ -1654,6 +1677,9 @@ class Prepared:
             nodev = _MOUNT_ATTR_NODEV if os.path.isdir(path) and path not in (
                 b"/dev", b"/dev/pts") else 0  # fmt: skip
             _mount_setattr(path, recursive=False, set_=nodev, clear=_MOUNT_ATTR_RDONLY)
+        if self.confinement.protected is not None:  # sandbox/bash/protected.py
+            _protected.apply_mounts(self.confinement.protected, self._empty_file,
+                                    strict=not self.ahead)  # fmt: skip
         # The working directory was entered before the bind mounts: enter it again, so
         # that relative paths resolve on the writable mount on top.
         os.chdir(os.getcwd())
@@ -1684,7 +1710,15 @@ class Prepared:
         if self.confinement.hide_etc_secrets and _etc_secrets.stale_since(
                 self._etc_generation):  # fmt: skip
             return "/etc changed"
-        return ""
+        return self.protected_stale()
+
+    def protected_stale(self) -> str:
+        """In a zygote whose mounts were made ahead: '' if every protected path is still
+        a read-only mount (a file renamed over one on the host detaches it), else what
+        is not."""
+        if self.confinement.protected is None or not self._own_mounts:
+            return ""
+        return _protected.still_protected(self.confinement.protected)
 
     def zygote_fds(self) -> tuple[int, ...]:
         """The descriptors a zygote still needs once its namespaces are made: the
@@ -1787,4 +1821,6 @@ def describe_kernel() -> dict[str, object]:
             layers[layer] = f"available: {detail}"
         else:
             layers[layer] = f"unavailable: {kernel.missing[layer]}"
+    layers["protected-paths"] = _protected.describe_mechanism(  # sandbox/bash/protected.py
+        private_proc=kernel.has("private-proc"), landlock=kernel.has("landlock-fs"))
     return {"landlock_abi": kernel.landlock_abi, "layers": layers}

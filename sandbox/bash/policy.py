@@ -54,6 +54,8 @@ from .parse import (
     parse_prefix,
     scan_word,
 )
+from .protected import DEFAULTS as DEFAULT_PROTECTED
+from .protected import resolve_patterns as resolve_protected
 from .specs import ProgramSpec, builtin_specs, check_spec, runs_programs
 
 if sys.version_info >= (3, 11):
@@ -623,10 +625,16 @@ class BashToolPolicy:
     # (sandbox/bash/network/), and whether an unlisted one is asked for.
     allowed_domains: tuple[str, ...] = ()
     ask_for_unlisted_domains: bool = False
+    # Read-only inside the writable workspace, whatever program writes (see
+    # sandbox/bash/protected.py): "@default" is the default list, "!name" takes one out.
+    protected_paths: tuple[str, ...] = (DEFAULT_PROTECTED,)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         set_(self, "allowed_domains", _allowed_domains(self))
+        if not isinstance(self.protected_paths, str):
+            set_(self, "protected_paths", tuple(self.protected_paths))
+        resolve_protected(self.protected_paths)  # raises naming a bad entry
         for name in ("readable_paths", "writable_paths"):
             set_(self, name, _tuple_of_str(name, getattr(self, name), "('/opt/tools',)",
                                            blank_ok=True))  # fmt: skip

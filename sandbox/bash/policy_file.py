@@ -28,7 +28,7 @@ __all__ = ["from_mapping"]
 
 _STRING_TUPLES = ("allowed_command_prefixes", "blocked_operators", "inherit_env",
                   "no_confirmation_prefixes", "readable_paths", "writable_paths",
-                  "allowed_domains")  # fmt: skip
+                  "allowed_domains", "protected_paths")  # fmt: skip
 _CHOICES = {"filesystem": FILESYSTEM_MODES, "network": NETWORK_MODES,
             "confinement": CONFINEMENT_MODES}  # fmt: skip
 _OPTIONAL_LIMITS = ("max_memory_bytes", "max_file_size_bytes", "max_child_processes")

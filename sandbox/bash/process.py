@@ -50,6 +50,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from sandbox.bash import protected as _protected
 from sandbox.bash.capture import BoundedCapture, decoded, drain_buffered, pump, set_pipe_size
 from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue, spawn_key
 from sandbox.bash.confinement import (
@@ -618,6 +619,9 @@ async def run_bash(
                 readable_paths=(*confinement.readable_paths, *extra_read),
                 writable_paths=(*confinement.writable_paths, *extra_write),
             )
+            # Scanned for each run: part of the signature, so that a reservation made
+            # before a protected path appeared is not taken (sandbox/bash/protected.py).
+            plan_request = await _protected.attach(plan_request, workdir)
         # A run set up in the child (all of it, below, once it takes a reservation)
         # can take a run reserved ahead (its tree and TMPDIR), whose zygote has set
         # itself up for it already; not one that asked for its rlimits in a prologue.

@@ -26,6 +26,7 @@ from .network.allowlist import Allowlist
 from .parse import ParseOffLoop, escape_controls, loop_budget
 from .policy import BashToolPolicy, PolicyDecision
 from .process import Limits, NetworkAccess, ProcessResult, _unprivileged_identity, run_bash
+from .protected import resolve_patterns as resolve_protected
 
 # A command is decided on the event loop only when that is cheap: a decision already
 # made, or a command of at most this many characters that needs no parse worker and
@@ -100,6 +101,7 @@ class ExecuteBashTool(BaseTool):
             writable_paths=policy.writable_paths,
             network=policy.network,
             mode=policy.confinement,
+            protected_paths=resolve_protected(policy.protected_paths),
         )
         self._allowlist = Allowlist.parse(policy.allowed_domains)
         self._limits = Limits(
