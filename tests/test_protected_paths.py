@@ -481,7 +481,8 @@ def throwaway_user() -> Iterator[pwd.struct_passwd]:
 @needs_git
 @pytest.mark.skipif(shutil.which("setpriv") is None or shutil.which("useradd") is None,
                     reason="needs setpriv and useradd")  # fmt: skip
-@pytest.mark.parametrize("unavailable", ["", "mount-ns"], ids=["user-namespace", "landlock"])
+@pytest.mark.parametrize("unavailable", ["", "mount-ns,private-proc"],
+                         ids=["user-namespace", "landlock"])  # fmt: skip
 def test_an_unprivileged_agent_protects_them_too(throwaway_user: pwd.struct_passwd,
                                                  home: Path, marker: Path,
                                                  unavailable: str) -> None:  # fmt: skip
@@ -516,7 +517,9 @@ def test_an_unprivileged_agent_protects_them_too(throwaway_user: pwd.struct_pass
     out = json.loads(done.stdout)
     for name, seen in out.items():
         assert seen["error"] is None, (name, seen)
-        mechanism = "active: Landlock" if unavailable else "active: read-only mounts in a mount"
+        # With a PID namespace of its own (rootless), the command's own mount namespace;
+        # otherwise one made for the protected paths alone.
+        mechanism = "active: Landlock" if unavailable else "active: read-only mounts in "
         assert seen["protected"].startswith(mechanism), (name, seen)
     host_runs(home, ws)
     assert not marker.exists(), out
