@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import ast
 import os
-import shutil
 import select
+import shutil
 from pathlib import Path
 
 import pytest
