@@ -1303,14 +1303,13 @@ class _Walk:
         time, and reads the file instead of opening it when the line it ran last is
         one simple command of exactly one input redirection (``<`` on fd 0), neither
         in the background nor timed. Comments, blank lines and earlier lines do not
-        matter: ``$(< f #<newline>)``, ``$(#c<newline>< f)``, ``$(a<newline>< f)`` read f, and so does
-        ``$(< f;)``. ``$(< f 2>/dev/null)``, ``$(< f < g)``, ``$(< f <<<x)``,
-        ``$(< f &)`` and ``$(3< f)`` only open it. What counts as a line: bash
-        reprints a ``$( )`` or ``<( )`` it parsed, so there only a newline that ends a
-        command starts one (``a;<newline>< f`` is one line) unless the command before ends in
-        a here-document; backticks and substitutions in a here-document body are run
-        from the raw text, where every newline does. Where the two could differ, the
-        file is counted as read.
+        matter: ``$(< f #<newline>)``, ``$(#c<newline>< f)``, ``$(a<newline>< f)`` read
+        f, and so does ``$(< f;)``. ``$(< f 2>/dev/null)``, ``$(< f < g)``,
+        ``$(< f <<<x)``, ``$(< f &)``, ``$(3< f)`` and ``$(< f; < g)`` only open it.
+        Lines are those of the raw text, as backticks, here-document bodies and bash
+        5.1 run them; where bash 5.2 reprints a ``$( )`` it parsed (``a;<newline>< f``
+        becomes one line) or ignores trailing blanks, the file is counted as read
+        although that bash only opens it.
         """
         statements = [c for c in children
                       if _NAMED[c.kind_id] and c.kind_id not in _COMMENT]
@@ -1334,32 +1333,16 @@ class _Walk:
         if "&" in after:
             return  # "< f &" runs in the background: opened, never printed
         if len(statements) > 1:
+            # A line of the raw text: bash 5.2's reprinted "$( )" joins "a;<newline>< f"
+            # into one line (and reads nothing), but bash 5.1 and backticks run the raw
+            # text, where it is two; the file is counted as read for either bash.
             previous = statements[-2]
-            between = [_KIND_NAME[c.kind_id] for c in children
-                       if previous.end_byte <= c.start_byte < last.start_byte]
-            raw = _KIND_NAME[children[0].kind_id] in ("`", "$`") or self.in_heredoc_body(node)
-            if raw:
-                starts_line = b"\n" in self.data[previous.start_byte:last.start_byte]
-            else:
-                starts_line = (";" not in between and "&" not in between) or (
-                    b"\n" in self.data[previous.start_byte:previous.end_byte])
-            if not starts_line:
+            if b"\n" not in self.data[previous.start_byte:last.start_byte]:
                 return
         target = [c for c in parts[at + 1:] if _NAMED[c.kind_id]]
         self.commands.append(SimpleCommand(
             "command", (Word("cat", "cat", "cat", True), *self.words(target)), (),
             self.text(node), self.offset(node.start_byte)))
-
-    @staticmethod
-    def in_heredoc_body(node: Node) -> bool:
-        """Whether ``node`` lies in a here-document body (whose substitutions bash
-        parses from the raw text when it expands the body)."""
-        parent = node.parent
-        while parent is not None:
-            if _KIND_NAME[parent.kind_id] == "heredoc_body":
-                return True
-            parent = parent.parent
-        return False
 
     def operator(self, child: Node, ck: int, parent: str, first: bool) -> None:
         token = _KIND_NAME[ck]
