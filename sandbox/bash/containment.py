@@ -28,7 +28,9 @@ what it created.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -335,7 +337,12 @@ class SubreaperTree(Tree):
         # Report pipe: the supervisor writes how many processes it killed, then exits.
         # Read end: ours, closed in aclose. Write end: passed to the supervisor only,
         # closed here right after the spawn so that EOF follows the supervisor's exit.
-        self._report_r, self._report_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._report_r, low = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        # Passed to the child under this number: a low one can be a descriptor the
+        # spawner's child needs (a prepared namespace or Landlock path), which the
+        # hand-over would replace (setns then failed with EINVAL, order-dependently).
+        self._report_w = high_descriptor(low)
+        os.close(low)
         self._report = b""
 
     def command(self, argv: list[str], setup: ChildSetup) -> tuple[list[str], ChildSetup]:
@@ -381,6 +388,16 @@ class SubreaperTree(Tree):
             self._report_r = -1
         await super().aclose()
 
+
+
+def high_descriptor(fd: int) -> int:
+    """A close-on-exec duplicate of ``fd`` numbered at least 3/4 of the way up to the
+    descriptor limit (at most 1000). A descriptor the agent passes to a command keeps
+    its number in the spawner's child, where the spawner's own descriptors (prepared
+    namespaces, Landlock paths) hold the low numbers: a high one clashes with none."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    floor = 1000 if soft == resource.RLIM_INFINITY else min(1000, max(64, soft * 3 // 4))
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor)
 
 def _subreaper_argv(report_fd: int, setup: ChildSetup, cgroup_procs: Sequence[str],
                     parent: int | None = None) -> list[str]:  # fmt: skip

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import fcntl
 import os
 import pwd
 import resource
@@ -62,7 +61,14 @@ from sandbox.bash.confinement import (
     plan,
 )
 from sandbox.bash.confinement import detect as detect_confinement
-from sandbox.bash.containment import MECHANISMS, Tree, availability, choose, open_tree
+from sandbox.bash.containment import (
+    MECHANISMS,
+    Tree,
+    availability,
+    choose,
+    high_descriptor,
+    open_tree,
+)
 from sandbox.bash.network.allowlist import Allowlist
 from sandbox.bash.network.handover import receive_listeners
 from sandbox.bash.network.proxy import (
@@ -715,7 +721,7 @@ async def run_bash(
                 # A passed descriptor keeps its number in the child, where the spawner's
                 # own descriptors (the prepared Landlock rules' paths among them) hold
                 # the low numbers: a number from the top of the range clashes with none.
-                high = _high_descriptor(theirs.fileno())
+                high = high_descriptor(theirs.fileno())
                 theirs.close()
                 extra_fds = (high,)
                 spawn_setup = replace(child_setup, confinement=replace(
@@ -823,14 +829,6 @@ async def run_bash(
         protections=protections,
         network=network_report if proxied else None,
     )
-
-
-def _high_descriptor(fd: int) -> int:
-    """A close-on-exec duplicate of ``fd`` numbered at least 3/4 of the way up to the
-    descriptor limit (at most 1000), so that it is free in the spawner's child too."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    floor = min(1000, max(64, soft * 3 // 4)) if soft != resource.RLIM_INFINITY else 1000
-    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor)
 
 
 # --------------------------------------------------------------------------- reservation
