@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import ConfigurationError
+from ..text import escape_surrogates, lone_surrogate, not_text_message
 
 RequestKind = Literal["static", "predicate", "tool", "edit"]
 RequestStatus = Literal[
@@ -41,10 +42,10 @@ def canonical_json(value: Any) -> str:
     try:
         if _C_CANONICAL is not None:
             try:
-                return "".join(_C_CANONICAL(value, 0))
+                return escape_surrogates("".join(_C_CANONICAL(value, 0)))
             except RecursionError:
                 pass
-        return _CANONICAL.encode(value)
+        return escape_surrogates(_CANONICAL.encode(value))
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(
             f"tool arguments must be JSON values (str, number, bool, null, list, object): {exc}"
@@ -131,6 +132,10 @@ class Decision(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Decision:
+        for name in ("reason", "decided_by", "channel"):
+            found = lone_surrogate(getattr(self, name), name)
+            if found:
+                raise ValueError(not_text_message(f"the decision's {name}", found))
         if self.outcome == "edit" and self.args is None:
             raise ValueError("an 'edit' decision needs args: Decision.edit({...})")
         if self.outcome != "edit" and self.args is not None:

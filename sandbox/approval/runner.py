@@ -30,6 +30,7 @@ from ..errors import (
     ConfirmationStateError,
     UnknownToolError,
 )
+from ..text import is_text, lone_surrogate, not_text_message, printable
 from ..tools.base import BaseTool, ToolArgumentError
 from ..tools.context import OUTER_CALL, ToolConfirmation, ToolContext
 from . import gate
@@ -167,9 +168,18 @@ class ToolRunner:
                 f"call_id must be a non-empty string of at most {MAX_CALL_ID} characters, "
                 f"got {type(call_id).__name__} of length {len(str(call_id))}"
             )
+        if not is_text(call_id) or "\x00" in call_id:
+            raise ConfigurationError(not_text_message(
+                "call_id", lone_surrogate(call_id, "call_id") or "call_id: a NUL character"))
         try:
             checked = tool.validate_args({} if args is None else args)
             text = canonical_json(checked)  # serialised once: digest, record and request
+            if "\\ud" in text:
+                # canonical_json escaped a lone surrogate (or a value holds a backslash
+                # and "ud": lone_surrogate tells them apart, off the hot path).
+                found = lone_surrogate(checked, "args")
+                if found:
+                    raise ToolArgumentError(not_text_message(f"an argument to {name}", found))
             if len(text) > self.max_args_bytes:
                 raise ToolArgumentError(
                     f"the arguments to {name} are {len(text)} characters of JSON, over this "
@@ -332,6 +342,7 @@ class ToolRunner:
         step); answer it by rule, by a fixed answer or by the provider, or leave it
         waiting."""
         t = self._transitions
+        hint = printable(hint)  # a tool's own hint may hold what no store can carry
         if round_ >= self.max_rounds:
             stopped = NotRun(Status.ERROR, (
                 f"{call.name} asked for confirmation {round_} times in one call "

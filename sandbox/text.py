@@ -1,0 +1,91 @@
+"""Text every store, log, page and host can carry: valid Unicode.
+
+A Python `str` may hold a lone surrogate (U+D800..U+DFFF): a JSON parser makes one from
+``"\\ud800"``, and the OS hands undecodable bytes of an argv or a file name over as
+U+DC80..U+DCFF (``surrogateescape``). Such a string is not text: UTF-8 cannot encode
+it, so SQLite, PostgreSQL, a JSON-lines log, an HTTP body and an MCP host's pipe all
+reject it, and a human cannot be shown faithfully what it is.
+
+The gate's decision (one place, `lone_surrogate`): arguments, call ids and session ids
+holding one are refused with an error naming where and which code point, before
+anything is recorded or digested, so a digest is only ever taken over text (and stays
+one-to-one). A bash command is refused the same way by the policy (R6); a byte that is
+not UTF-8 is written as an escape bash expands (``printf '\\xff'``). Everything else
+that is serialised (results, payloads, a human's reason) goes through
+`escape_surrogates`, which writes each lone surrogate as its JSON escape ``\\udcff``:
+valid UTF-8, and a distinct text for every distinct value.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def is_text(value: str) -> bool:
+    """Whether ``value`` encodes as UTF-8 (holds no lone surrogate). O(1) for ASCII."""
+    if value.isascii():
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def escape_surrogates(json_text: str) -> str:
+    """``json_text`` (JSON, written with ``ensure_ascii=False``) with every lone surrogate
+    written as its JSON escape: the same JSON value, now valid UTF-8.
+
+    Outside strings JSON holds only ASCII, so every surrogate sits inside a string,
+    where ``\\uXXXX`` is that same code unit; a backslash the value itself holds is
+    already written ``\\\\``, so no two values share an escaped text.
+    """
+    if is_text(json_text):
+        return json_text
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_text)
+
+
+def printable(value: str) -> str:
+    """``value`` for prose (a message, a log line): lone surrogates shown as ``\\udcff``."""
+    if is_text(value):
+        return value
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
+
+
+def lone_surrogate(value: Any, where: str = "", _depth: int = 0) -> str | None:
+    """Where in ``value`` (nested lists, tuples and dicts) a string holds a lone
+    surrogate, as ``where['key'][3]: U+DCFF at index 1``; None when it holds none."""
+    if _depth > 200:
+        return None
+    if isinstance(value, str):
+        if is_text(value):
+            return None
+        match = _SURROGATE.search(value)
+        assert match is not None
+        return f"{where or 'the value'}: U+{ord(match.group()):04X} at index {match.start()}"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and not is_text(key):
+                return lone_surrogate(key, f"{where} (a key)", _depth + 1)
+            found = lone_surrogate(item, f"{where}[{printable(str(key))!r}]", _depth + 1)
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = lone_surrogate(item, f"{where}[{i}]", _depth + 1)
+            if found:
+                return found
+    return None
+
+
+def not_text_message(what: str, found: str) -> str:
+    """The one error for a value that is not text: what, where, why, and the fix."""
+    return (
+        f"{what} is not valid Unicode text ({found}: a lone surrogate, which is how Python "
+        "holds a byte that is not UTF-8 or a JSON \\ud800 escape with no pair); it cannot "
+        "be stored, shown to a human or approved. Send text: for bytes, an escape the tool "
+        "reads (bash: printf '\\xff') or base64"
+    )
