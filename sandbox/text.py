@@ -48,6 +48,15 @@ def escape_surrogates(json_text: str) -> str:
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_text)
 
 
+def surrogates_as_text(json_text: str) -> str:
+    """``json_text`` with every lone surrogate replaced by the six characters ``\\udcff``
+    (a backslash, then ``udcff``): for a reader that only takes text (an MCP host, a
+    browser), which then shows what the value held instead of failing on it."""
+    if is_text(json_text):
+        return json_text
+    return _SURROGATE.sub(lambda m: f"\\\\u{ord(m.group()):04x}", json_text)
+
+
 def printable(value: str) -> str:
     """``value`` for prose (a message, a log line): lone surrogates shown as ``\\udcff``."""
     if is_text(value):

@@ -65,6 +65,7 @@ from ..errors import (
     SandboxError,
     UnknownConfirmationError,
 )
+from ..text import is_text, lone_surrogate, not_text_message, printable, surrogates_as_text
 from ..tools.base import BaseTool
 
 __all__ = [
@@ -466,7 +467,8 @@ def _can_elicit_form(capabilities: mtypes.ClientCapabilities | None) -> bool:
 def _tool_result(result: Any) -> mtypes.CallToolResult:
     # structuredContent must be an object (it is checked against the outputSchema).
     structured = result if isinstance(result, dict) else {"result": result}
-    text = json.dumps(structured, ensure_ascii=False, default=repr)
+    # A host reads text: a lone surrogate a tool returned is shown as \udcff.
+    text = surrogates_as_text(json.dumps(structured, ensure_ascii=False, default=repr))
     return mtypes.CallToolResult(
         content=[mtypes.TextContent(text=text)],
         structured_content=json.loads(text),
@@ -628,7 +630,57 @@ async def serve_stdio(gate: GatedToolServer, *, name: str = "sandbox") -> None:
     """Serve ``gate``'s tools over this process's stdin/stdout until the client leaves."""
     server = build_server(gate, name=name)
     async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        send, receive = anyio.create_memory_object_stream[Any](0)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_answer_unreadable, read_stream, send, write_stream)
+            await server.run(receive, write_stream, server.create_initialization_options())
+            tg.cancel_scope.cancel()
+
+
+async def _answer_unreadable(read_stream: Any, forward: Any, write_stream: Any) -> None:
+    """Pass the client's messages on; answer a request the SDK could not read.
+
+    The SDK hands a line it cannot validate to the session as an exception, which
+    drops it: the client then waits for a reply that never comes. JSON with a lone
+    surrogate (``"\\ud800"``) is such a line (pydantic refuses it, Python's json reads
+    it). When the line still names a request id, it gets an answer: a tool call a
+    refusal naming where the text is broken, anything else a JSON-RPC error.
+    """
+    async with forward:
+        async for item in read_stream:
+            if isinstance(item, Exception):
+                reply = _reply_to_unreadable(item)
+                if reply is not None:
+                    await write_stream.send(reply)
+                    continue
+            await forward.send(item)
+
+
+def _reply_to_unreadable(exc: Exception) -> Any:
+    from mcp.shared.message import SessionMessage
+
+    errors = getattr(exc, "errors", None)
+    raw = errors()[0].get("input") if callable(errors) and errors() else None
+    if not isinstance(raw, (str, bytes)):
+        return None
+    try:
+        message = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or "id" not in message or "method" not in message:
+        return None
+    rid = message["id"]
+    if not isinstance(rid, (int, str)) or (isinstance(rid, str) and not is_text(rid)):
+        return None
+    found = lone_surrogate(message.get("params"), "params")
+    why = (not_text_message("this request", found) if found
+           else f"this request could not be read: {printable(str(exc)).splitlines()[0]}")
+    if message.get("method") == "tools/call" and found:
+        result = _tool_result({"status": Status.ERROR.value, "error": why})
+        body = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+        return SessionMessage(mtypes.JSONRPCResponse(jsonrpc="2.0", id=rid, result=body))
+    return SessionMessage(mtypes.JSONRPCError(
+        jsonrpc="2.0", id=rid, error=mtypes.ErrorData(code=INVALID_PARAMS, message=why)))
 
 
 class BearerTokenAuth:
