@@ -132,7 +132,7 @@ class Decision(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Decision:
-        for name in ("reason", "decided_by", "channel"):
+        for name in ("reason", "decided_by", "channel", "args"):
             found = lone_surrogate(getattr(self, name), name)
             if found:
                 raise ValueError(not_text_message(f"the decision's {name}", found))

@@ -18,6 +18,7 @@ and become the contract's dicts at this boundary. A tool may also ask from insid
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -30,7 +31,13 @@ from ..errors import (
     ConfirmationStateError,
     UnknownToolError,
 )
-from ..text import is_text, lone_surrogate, not_text_message, printable
+from ..text import (
+    is_text,
+    lone_surrogate,
+    not_text_message,
+    printable,
+    surrogates_as_text,
+)
 from ..tools.base import BaseTool, ToolArgumentError
 from ..tools.context import OUTER_CALL, ToolConfirmation, ToolContext
 from . import gate
@@ -342,7 +349,11 @@ class ToolRunner:
         step); answer it by rule, by a fixed answer or by the provider, or leave it
         waiting."""
         t = self._transitions
-        hint = printable(hint)  # a tool's own hint may hold what no store can carry
+        # A tool's own hint and payload may hold what no store, page or host can carry.
+        hint = printable(hint)
+        if payload is not None and lone_surrogate(payload):
+            payload = json.loads(surrogates_as_text(json.dumps(payload, ensure_ascii=False,
+                                                               default=repr)))
         if round_ >= self.max_rounds:
             stopped = NotRun(Status.ERROR, (
                 f"{call.name} asked for confirmation {round_} times in one call "
