@@ -77,6 +77,7 @@ from ..audit import AuditLog
 from ..errors import ConfigurationError, DuplicateCallError, UnknownCallError
 from ..tools.base import BaseTool, ToolArgumentError, confirmation_hint_text
 from ..tools.context import OUTER_CALL, EventActions, OuterCall, ToolContext
+from ..tools.model_view import for_model
 
 __all__ = ["ApprovalPlugin", "GatedAdkTool", "to_adk_tool", "to_adk_tools"]
 
@@ -134,7 +135,7 @@ class GatedAdkTool(AdkBaseTool):
         finally:
             OUTER_CALL.reset(token)
         _hand_actions_to_adk(outer.actions, tool_context)
-        return _hand_pending_to_adk(self.runner, result, tool_context)
+        return _hand_pending_to_adk(self.runner, for_model(result), tool_context)
 
 
 def to_adk_tool(tool: BaseTool, *, runner: ToolRunner | None = None) -> GatedAdkTool:
@@ -368,6 +369,7 @@ class ApprovalPlugin(BasePlugin):
 
     def _finish(self, runner: ToolRunner, call: _AdkCall, tool_args: dict[str, Any],
                 result: dict[str, Any]) -> dict[str, Any]:
+        result = for_model(result)
         if call.ran_with is not None and call.ran_with != call.args \
                 and result.get("status") != Status.AWAITING:
             # Tell the model (and later callbacks) what really ran, so it does not retry

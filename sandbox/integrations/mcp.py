@@ -67,6 +67,7 @@ from ..errors import (
 )
 from ..text import is_text, lone_surrogate, not_text_message, printable, surrogates_as_text
 from ..tools.base import BaseTool
+from ..tools.model_view import for_model
 
 __all__ = [
     "APPROVAL_FORM",
@@ -349,7 +350,7 @@ class GatedToolServer:
                                        _progress_token(params) is not None)
         if isinstance(result, mtypes.InputRequiredResult):
             return result
-        return _tool_result(result)
+        return _tool_result(for_model(result))
 
     # -- the two eras --------------------------------------------------------------------
 
