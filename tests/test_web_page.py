@@ -449,8 +449,12 @@ def _check_card_content(page: Any, served: Served, tmp_path: Path, store_path: P
 
     c = card(page, "git log --oneline -5")
     assert c.locator("h2.tool").text_content() == "shell"
-    assert c.locator(".description").text_content() == "Run a shell command in the project's workspace."
-    assert "Please approve or reject" in str(c.locator(".hint").text_content())
+    assert c.locator(".what").text_content() == (
+        "What happens: Calls shell with these arguments: Run a shell command in the "
+        "project's workspace.")
+    assert "Please approve or reject" not in str(c.text_content())  # for the model
+    assert c.locator(".hint").text_content() == (
+        "Why asked: shell always asks a human before it runs (require_confirmation).")
     meta = c.locator("dl.meta")
     assert "adk-session-7f3a91" in str(meta.text_content())  # who asked
     assert shell_req.call_id in str(meta.text_content())
@@ -475,9 +479,10 @@ def _check_card_content(page: Any, served: Served, tmp_path: Path, store_path: P
 
     t = card(page, "transfer")
     assert t.locator(".badge").text_content() == "the tool asked from inside"
-    assert t.locator(".description").text_content() == "Send money to an account."
+    assert "Send money to an account." in str(t.locator(".what").text_content())
     hint = t.locator(".hint")
-    assert hint.text_content() == "Why asked: Above the 1000 EUR limit\\x1b[2K: confirm"
+    assert hint.text_content() == ("Why asked: The tool itself stopped to ask before going "
+                                   "on: \u201cAbove the 1000 EUR limit\\x1b[2K: confirm\u201d")
     assert hint.locator(".ctl").all_text_contents() == ["\\x1b"]
     payload = t.locator("dl.details dd")
     assert payload.locator(".ctl").all_text_contents() == ["\\u202e"]

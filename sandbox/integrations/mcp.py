@@ -53,6 +53,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ..approval.display import command_of, escape_text
+from ..approval.explain import explain
 from ..approval.models import ConfirmationRequest, Decision
 from ..approval.providers import ConfirmationProvider, OnTimeout
 from ..approval.results import Status
@@ -121,9 +122,9 @@ def approval_message(request: ConfirmationRequest) -> str:
     else:
         shown = "arguments: " + escape_text(json.dumps(
             request.args, sort_keys=True, ensure_ascii=False, default=repr))
-    lines = [f"Approve this call to {escape_text(request.tool)}?", shown]
-    if request.hint:
-        lines.append(escape_text(request.hint))
+    said = explain(request)
+    lines = [f"Approve this call to {escape_text(request.tool)}?", shown,
+             escape_text(said.what), "Why asked: " + escape_text(said.why)]
     if request.kind == "edit":
         lines.append("(these arguments were edited after the model proposed the call)")
     return "\n".join(lines)

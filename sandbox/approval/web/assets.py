@@ -524,12 +524,17 @@ APP_JS = r"""
     }
     card.appendChild(head);
 
-    if (req.description && req.description.pieces.length) {
+    if (req.description && req.description.pieces.length && !(req.what && req.what.pieces.length)) {
       card.appendChild(textBlock("p", "description", req.description));
     }
-    if (req.hint && req.hint.pieces.length) {
+    if (req.what && req.what.pieces.length) {
+      const what = el("p", "what");
+      what.append(el("span", "why", "What happens: "), textBlock("span", "", req.what));
+      card.appendChild(what);
+    }
+    if (req.why && req.why.pieces.length) {
       const why = el("p", "hint");
-      why.append(el("span", "why", "Why asked: "), textBlock("span", "", req.hint));
+      why.append(el("span", "why", "Why asked: "), textBlock("span", "", req.why));
       card.appendChild(why);
     }
 
