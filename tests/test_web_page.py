@@ -25,6 +25,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import anyio
+import httpx
 import pytest
 
 from sandbox import ApprovalStore, FunctionTool, ToolContext, ToolRunner
@@ -689,3 +690,45 @@ def test_screenshots_of_the_page_at_both_widths(
     finally:
         for pg in pages.values():
             pg.context.close()
+
+
+def test_the_first_response_holds_the_pending_cards_without_scripts(
+        browser: Any, served: Served, store_path: Path, tmp_path: Path) -> None:
+    effect = tmp_path / "effect.txt"
+    runner = defer(store_path, effect, "git log --oneline -5", "rm -rf build\x1b[2K",
+                   session_id="nightly-bot")
+    # The HTML of the first response, before any script runs.
+    with httpx.Client(base_url=served.base, follow_redirects=True) as client:
+        first = client.get("/", params={"token": served.token})
+    assert first.status_code == 200
+    assert first.text.count('class="request waiting first-paint"') == 2
+    assert "git log --oneline -5" in first.text
+    assert "rm -rf build<span class=\"ctl\">\\x1b</span>[2K" in first.text
+    assert "2 waiting" in first.text and "nightly-bot" in first.text
+    assert "Why asked: </span>shell always asks a human" in first.text
+    assert "FunctionResponse" not in first.text
+    # A browser with scripts off shows the cards, and can answer one.
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        pg = context.new_page()
+        pg.goto(served.url)
+        cards = pg.locator("article.request")
+        assert cards.count() == 2
+        assert "What happens: Calls shell" in str(cards.first.text_content())
+        assert pg.locator("#count").text_content() == "2 waiting"
+        target = pg.locator("article.request", has_text="git log")
+        rid = str(target.get_attribute("data-id"))
+        assert f"sandbox approvals approve {rid}" in str(target.text_content())
+    finally:
+        context.close()
+    assert apply(runner) == [] and ran(effect) == []
+
+
+def test_live_cards_replace_the_first_paint(
+        wide_page: Any, served: Served, store_path: Path, tmp_path: Path) -> None:
+    defer(store_path, tmp_path / "effect.txt", "ls -la")
+    wide_page.goto(served.url)
+    card(wide_page, "ls -la").locator(".choice-help").first.wait_for()
+    assert wide_page.locator("#first-paint").count() == 0
+    assert wide_page.locator("article.request").count() == 1
+    assert wide_page.locator("#live").text_content() == "live"

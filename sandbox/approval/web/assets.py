@@ -25,14 +25,15 @@ PAGE_HTML = """<!doctype html>
 <header class="top">
   <div class="bar">
     <h1>Pending approvals</h1>
-    <span id="count" class="count"></span>
+    <span id="count" class="count">{count}</span>
     <span id="live" class="live">connecting…</span>
   </div>
   <p class="who">Answering as <span id="identity">{identity}</span></p>
 </header>
 <main>
-  <p id="empty" class="empty" hidden>Nothing is waiting for approval. New requests appear
+  <p id="empty" class="empty"{empty_hidden}>Nothing is waiting for approval. New requests appear
     here as soon as an agent asks.</p>
+  <div id="first-paint">{first_paint}</div>
   <div id="requests"></div>
   <div id="more" class="more" hidden>
     <span id="more-text"></span>
@@ -620,6 +621,9 @@ APP_JS = r"""
   }
 
   function addCards(data) {
+    // The cards the server rendered into the first response give way to live ones.
+    const firstPaint = document.getElementById("first-paint");
+    if (firstPaint) firstPaint.remove();
     for (const req of data.requests) {
       if (cards.has(req.id)) continue;
       list.appendChild(buildCard(req));
