@@ -174,7 +174,8 @@ def apply(runner: ToolRunner) -> list[dict[str, Any]]:
 
 
 def card(page: Any, text: str) -> Any:
-    locator = page.locator("article.request", has_text=text)
+    """A live card (built by the page's script, not the server's first paint)."""
+    locator = page.locator("article.request:not(.first-paint)", has_text=text)
     locator.wait_for(timeout=10_000)
     return locator
 
