@@ -456,8 +456,14 @@ async def _apply_client_answer(runner: ToolRunner, name: str, args: dict[str, An
     if record.state == "awaiting" and record.request_id:
         request = await _in_thread(runner, runner.store.get_request, record.request_id)
         if request.status == "pending":
-            return await runner.resume(request.id, _client_decision(answer), args=args,
-                                       channel=CLIENT_CHANNEL)
+            decision = _client_decision(answer)
+            result = await runner.resume(request.id, decision, args=args,
+                                         channel=CLIENT_CHANNEL)
+            if decision.reason == NO_REASON and result.get("status") == Status.DENIED:
+                # A plain "no" from ADK's client: the model reads ADK's own words, as
+                # it would from ADK's tool (the store and audit keep the denial).
+                return {"error": ADK_REJECTED}
+            return result
     # Decided already (by a provider, another channel, or this very confirmation before):
     # the journal answers; a finished call is never started again.
     return await _call(runner, name, args, call_id)
@@ -469,7 +475,13 @@ def _client_decision(answer: AdkToolConfirmation) -> Decision:
     reason = None
     if isinstance(answer.payload, dict) and isinstance(answer.payload.get("reason"), str):
         reason = answer.payload["reason"]
-    return Decision.deny(reason or "rejected in the ADK client", channel=CLIENT_CHANNEL)
+    return Decision.deny(reason or NO_REASON, channel=CLIENT_CHANNEL)
+
+
+#: The reason recorded when ADK's client says no without one.
+NO_REASON = "rejected in the ADK client"
+#: What ADK's `FunctionTool` returns to the model for a rejected confirmation.
+ADK_REJECTED = "This tool call is rejected."
 
 
 def _hand_pending_to_adk(runner: ToolRunner, result: dict[str, Any],
