@@ -142,6 +142,14 @@ def _open_store(args: argparse.Namespace, *, create: bool = False) -> ApprovalSt
         except StoreError as exc:
             raise _Exit(2, str(exc)) from None
     path = Path(ref)
+    parent = path.parent
+    if not parent.is_dir():
+        fix = (f"make it first (mkdir -p {parent})" if create else
+               "pass --store with the file your ToolRunner(store_path=...) writes, or set "
+               f"${STORE_ENV}; to start an empty store there, mkdir -p {parent} and run "
+               "`sandbox approvals serve --create`")
+        raise _Exit(2, f"no approval store at {path}: the directory {parent} does not "
+                       f"exist; {fix}")
     if not create and not path.exists():
         hint = (" (or add --create to start an empty one)"
                 if getattr(args, "create", None) is not None else "")
