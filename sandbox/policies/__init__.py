@@ -39,9 +39,13 @@ def resolve(reference: str | os.PathLike[str]) -> Path:
         return DIRECTORY / f"{stem}.toml"
     shipped = ", ".join(names())
     if os.sep in text or text.endswith(".toml"):
+        base = Path(text).name
+        base = base[:-5] if base.endswith(".toml") else base
+        named = (f"; {base!r} is also a shipped policy, named from any directory: "
+                 f"--policy {base}") if base in names() else f", or name a shipped policy: {shipped}"
         raise PolicyFileError(
             f"policy file {text!r} does not exist (relative paths are read from "
-            f"{os.getcwd()}); give an absolute path, or name a shipped policy: {shipped}")
+            f"{os.getcwd()}); give an absolute path{named}")
     raise PolicyFileError(
         f"no policy named {text!r}: the shipped policies are {shipped}; "
         f"or give the path of a TOML policy file")
