@@ -57,11 +57,16 @@ def surrogates_as_text(json_text: str) -> str:
     return _SURROGATE.sub(lambda m: f"\\\\u{ord(m.group()):04x}", json_text)
 
 
+_NOT_PROSE = re.compile("[\ud800-\udfff\x00]")
+
+
 def printable(value: str) -> str:
-    """``value`` for prose (a message, a log line): lone surrogates shown as ``\\udcff``."""
-    if is_text(value):
+    """``value`` for prose every store can hold (a hint, a reason, a name): each lone
+    surrogate and NUL (which PostgreSQL's text refuses) written as ``\\udcff``,
+    ``\\u0000``. The text a human reads keeps saying what was there."""
+    if "\x00" not in value and is_text(value):
         return value
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
+    return _NOT_PROSE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
 
 
 def lone_surrogate(value: Any, where: str = "", _depth: int = 0) -> str | None:

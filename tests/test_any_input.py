@@ -26,12 +26,15 @@ from sandbox import (
     ApprovalStore,
     AutoApprove,
     BashToolPolicy,
+    Decision,
     ExecuteBashTool,
     FunctionTool,
+    ToolContext,
     ToolRunner,
 )
 from sandbox.approval.models import args_digest, canonical_json
 from sandbox.approval.web.app import create_app
+from sandbox.audit import verify_audit
 from sandbox.errors import ConfigurationError
 from sandbox.text import escape_surrogates, is_text, lone_surrogate
 
@@ -263,7 +266,7 @@ def test_the_web_api_answers_any_body_with_a_status_and_a_reason(
         response.json()  # a body a browser can read
 
 
-def test_a_deny_reason_that_is_not_text_is_refused_naming_it(tmp_path: Path) -> None:
+def test_a_deny_reason_that_is_not_text_is_kept_escaped(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     runner = ToolRunner(tools=[FunctionTool(keep, require_confirmation=True)], store_path=str(db))
     rid = runner.call_sync("keep", {"value": "x"})["confirmation_id"]
@@ -278,5 +281,38 @@ def test_a_deny_reason_that_is_not_text_is_refused_naming_it(tmp_path: Path) -> 
                                      headers={"content-type": "application/json"})
 
     response = anyio.run(go)
-    assert response.status_code == 400
-    assert "reason" in response.json()["error"] and "U+DCFF" in response.json()["error"]
+    assert response.status_code == 200, response.text
+    assert anyio.run(runner.apply_answers)[rid]["reason"] == "no \\udcff"
+
+
+# -- every store backend carries what tools give back -------------------------------------
+
+def odd(text: str, tool_context: ToolContext) -> dict[str, Any]:
+    """Returns text that is not valid Unicode, after asking with a hint that is not."""
+    if tool_context.tool_confirmation is None:
+        tool_context.request_confirmation(hint="ok \udcff?\x00", payload={"k\ud800": "\x00"})
+        return {}
+    return {"bytes": text + "\udcff\ud800", "nul": "\x00"}
+
+
+def test_every_store_backend_carries_what_tools_give_back(
+        make_store: Any, tmp_path: Path) -> None:
+    # PostgreSQL refuses NUL and lone surrogates in text; SQLite's driver refuses the
+    # latter. What the gate writes is JSON with both escaped.
+    store = make_store()
+    runner = ToolRunner(tools=[FunctionTool(odd)], store=store,
+                        audit_path=str(tmp_path / "audit.jsonl"))
+    first = runner.call_sync("odd", {"text": "x"}, call_id="odd-1")
+    assert first["status"] == "awaiting_confirmation"
+    [request] = anyio.run(runner.pending)
+    assert request.hint == "ok \\udcff?\\u0000"
+    result = runner.resume_sync(request.id, Decision.approve())
+    assert result == {"bytes": "x\udcff\ud800", "nul": "\x00"}
+    again = runner.call_sync("odd", {"text": "x"}, call_id="odd-1")  # replayed from the store
+    assert again["replayed"] is True
+    denied = runner.call_sync("odd", {"text": "y"}, call_id="odd-2")
+    [waiting] = anyio.run(runner.pending)
+    assert "no\\u0000 way" in runner.resume_sync(waiting.id, Decision.deny("no\x00 way"))["error"]
+    assert denied["status"] == "awaiting_confirmation"
+    checked = verify_audit(tmp_path / "audit.jsonl")
+    assert checked.ok and checked.records > 4, checked.problem

@@ -138,6 +138,10 @@ class ToolRunner:
         # Arguments come from a model and end up in the store, the audit and a human's
         # screen: bound them (and call ids) like every other input.
         self.max_args_bytes = max_args_bytes
+        if session_id is not None and (not is_text(session_id) or "\x00" in session_id):
+            raise ConfigurationError(not_text_message(
+                "session_id", lone_surrogate(session_id, "session_id")
+                or "session_id: a NUL character"))
         self.session_id = session_id
         # Remembered decisions ("approve for this session", "always"): in the store's
         # file. A runner without a session id is its own session.
