@@ -69,29 +69,33 @@ def printable(value: str) -> str:
     return _NOT_PROSE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
 
 
-def lone_surrogate(value: Any, where: str = "", _depth: int = 0) -> str | None:
-    """Where in ``value`` (nested lists, tuples and dicts) a string holds a lone
-    surrogate, as ``where['key'][3]: U+DCFF at index 1``; None when it holds none."""
-    if _depth > 200:
-        return None
-    if isinstance(value, str):
-        if is_text(value):
-            return None
-        match = _SURROGATE.search(value)
-        assert match is not None
-        return f"{where or 'the value'}: U+{ord(match.group()):04X} at index {match.start()}"
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(key, str) and not is_text(key):
-                return lone_surrogate(key, f"{where} (a key)", _depth + 1)
-            found = lone_surrogate(item, f"{where}[{printable(str(key))!r}]", _depth + 1)
-            if found:
-                return found
-    elif isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            found = lone_surrogate(item, f"{where}[{i}]", _depth + 1)
-            if found:
-                return found
+def lone_surrogate(value: Any, where: str = "") -> str | None:
+    """Where in ``value`` (nested lists, tuples and dicts, to any depth) a string holds
+    a lone surrogate, as ``where['key'][3]: U+DCFF at index 1``; None when none does.
+    The path is spelled out only for the string found (a linked list until then)."""
+    Link = tuple[Any, str] | None
+    stack: list[tuple[Any, Link]] = [(value, None)]
+    while stack:
+        item, link = stack.pop()
+        if isinstance(item, str):
+            if not is_text(item):
+                match = _SURROGATE.search(item)
+                assert match is not None
+                parts: list[str] = []
+                while link is not None:
+                    link, label = link
+                    parts.append(label)
+                path = where + "".join(reversed(parts))
+                return (f"{path or 'the value'}: U+{ord(match.group()):04X} at index "
+                        f"{match.start()}")
+        elif isinstance(item, dict):
+            for key, inner in reversed(list(item.items())):
+                stack.append((inner, (link, f"[{printable(str(key))!r}]")))
+                if isinstance(key, str) and not is_text(key):
+                    stack.append((key, (link, " (a key)")))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((inner, (link, f"[{i}]"))
+                         for i, inner in reversed(list(enumerate(item))))
     return None
 
 
