@@ -28,6 +28,8 @@ from typing import Any, Protocol
 
 import structlog
 
+from .text import escape_surrogates
+
 #: ``redact(tool, args) -> args``: what may be written about a call's arguments.
 Redactor = Callable[[str, dict[str, Any]], dict[str, Any]]
 
@@ -94,7 +96,8 @@ class _ChainedJsonLines:
                     if self.anchor is not None:
                         self._count = _count_lines(fd, size)
                 record["prev"] = self._last_hash
-                body = json.dumps(record, sort_keys=True, ensure_ascii=False, default=str)
+                body = escape_surrogates(
+                    json.dumps(record, sort_keys=True, ensure_ascii=False, default=str))
                 digest = hashlib.sha256(body.encode()).hexdigest()
                 line = body[:-1] + f',"hash":"{digest}"}}\n'
                 os.write(fd, line.encode())
@@ -267,7 +270,8 @@ def _verify_chain(path: str | os.PathLike[str]) -> _Chain:
                     "chain broken: a record before this one was deleted, inserted or changed",
                     number, hashes,
                 )
-            body = json.dumps(record, sort_keys=True, ensure_ascii=False, default=str)
+            body = escape_surrogates(
+                json.dumps(record, sort_keys=True, ensure_ascii=False, default=str))
             if hashlib.sha256(body.encode()).hexdigest() != claimed:
                 return _Chain(False, count, "record was modified", number, hashes)
             prev = claimed

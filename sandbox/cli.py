@@ -55,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _unrecognized(parser, list(sys.argv[1:] if argv is None else argv), extra)
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
@@ -64,7 +66,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     shown = words[:2] if words[:1] in (["approvals"], ["audit"]) else words[:1]
     command = " ".join(["sandbox", *(w for w in shown if not w.startswith("-"))])
     try:
-        return int(handler(args) or 0)
+        code = int(handler(args) or 0)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # The reader left (`sandbox approvals list | head -5`): stop quietly, as a
+        # program killed by SIGPIPE does, and keep Python from reporting it at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -82,6 +92,30 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"sandbox, please report it (set {DEBUG_ENV}=1 to see where it happened)",
               file=sys.stderr)
         return 70
+
+
+def _unrecognized(parser: argparse.ArgumentParser, words: list[str], extra: list[str]) -> None:
+    """Exit with the usage of the subcommand that was given ``extra``, suggesting the
+    option meant (`check --polcy` gets `check`'s usage and "did you mean --policy?")."""
+    import difflib
+
+    target = parser
+    for word in words:
+        if word == "--":
+            break
+        subparsers = [a for a in target._actions
+                      if isinstance(a, argparse._SubParsersAction)]
+        if subparsers and word in subparsers[0].choices:
+            target = subparsers[0].choices[word]
+    options = [o for a in target._actions for o in a.option_strings if o.startswith("--")]
+    hints = []
+    for word in extra:
+        name = word.split("=", 1)[0]
+        close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+        if name.startswith("-") and close:
+            hints.append(f"did you mean {close[0]}?")
+    message = f"unrecognized arguments: {' '.join(extra)}"
+    target.error(message + (" (" + "; ".join(hints) + ")" if hints else ""))
 
 
 def _sentence(exc: BaseException) -> str:

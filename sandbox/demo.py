@@ -76,10 +76,12 @@ async def _part_callback(root: Path) -> None:
 _APPROVER = textwrap.dedent(
     """
     import sys
+    from sandbox.approval.explain import explain
     from sandbox.approval.store import open_store
     store = open_store(sys.argv[1])
     for req in store.pending():
         print(f"  [other process] pending {req.id}: {req.tool}({req.args})", flush=True)
+        print(f"  [other process] why asked: {explain(req).why}", flush=True)
         store.submit_answer(req.id, {"outcome": "approve"}, decided_by="operator",
                             channel="demo-cli")
     """

@@ -121,7 +121,9 @@ def test_approve_once_shows_the_call_and_runs_it(console: Any, files: dict[str, 
     shown = term.expect(PROMPT)
     assert "tool     shell" in shown
     assert "command  ls -la /tmp" in shown
-    assert "Please approve or reject" in shown  # the hint
+    assert "Please approve or reject" not in shown  # ADK's hint is for the model
+    assert "why      shell always asks a human before it runs" in shown
+    assert re.search(r"who      (an agent|the agent of session)", shown)
     term.type("y")
     term.expect("all calls done")
     assert results(files)[0] == {"ran": "ls -la /tmp"}
@@ -347,7 +349,7 @@ def test_sandbox_run_prompt_stays_visible_waits_and_takes_one_key(
     assert prompt.startswith("waiting for your answer")
     # The fields line up: every value starts in the same column.
     rows = [line for line in screen.splitlines()
-            if re.match(r"  (tool|command|hint|policy|workspace) ", line)]
+            if re.match(r"  (tool|command|what|why|who) ", line)]
     assert len(rows) == 5
     starts = {len(row) - len(row[2:].split(" ", 1)[1].lstrip()) for row in rows}
     assert len(starts) == 1, rows

@@ -25,6 +25,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import anyio
+import httpx
 import pytest
 
 from sandbox import ApprovalStore, FunctionTool, ToolContext, ToolRunner
@@ -173,7 +174,8 @@ def apply(runner: ToolRunner) -> list[dict[str, Any]]:
 
 
 def card(page: Any, text: str) -> Any:
-    locator = page.locator("article.request", has_text=text)
+    """A live card (built by the page's script, not the server's first paint)."""
+    locator = page.locator("article.request:not(.first-paint)", has_text=text)
     locator.wait_for(timeout=10_000)
     return locator
 
@@ -451,8 +453,12 @@ def _check_card_content(page: Any, served: Served, tmp_path: Path, store_path: P
 
     c = card(page, "git log --oneline -5")
     assert c.locator("h2.tool").text_content() == "shell"
-    assert c.locator(".description").text_content() == "Run a shell command in the project's workspace."
-    assert "Please approve or reject" in str(c.locator(".hint").text_content())
+    assert c.locator(".what").text_content() == (
+        "What happens: Calls shell with these arguments: Run a shell command in the "
+        "project's workspace.")
+    assert "Please approve or reject" not in str(c.text_content())  # for the model
+    assert c.locator(".hint").text_content() == (
+        "Why asked: shell always asks a human before it runs (require_confirmation).")
     meta = c.locator("dl.meta")
     assert "adk-session-7f3a91" in str(meta.text_content())  # who asked
     assert shell_req.call_id in str(meta.text_content())
@@ -477,9 +483,10 @@ def _check_card_content(page: Any, served: Served, tmp_path: Path, store_path: P
 
     t = card(page, "transfer")
     assert t.locator(".badge").text_content() == "the tool asked from inside"
-    assert t.locator(".description").text_content() == "Send money to an account."
+    assert "Send money to an account." in str(t.locator(".what").text_content())
     hint = t.locator(".hint")
-    assert hint.text_content() == "Why asked: Above the 1000 EUR limit\\x1b[2K: confirm"
+    assert hint.text_content() == ("Why asked: The tool itself stopped to ask before going "
+                                   "on: \u201cAbove the 1000 EUR limit\\x1b[2K: confirm\u201d")
     assert hint.locator(".ctl").all_text_contents() == ["\\x1b"]
     payload = t.locator("dl.details dd")
     assert payload.locator(".ctl").all_text_contents() == ["\\u202e"]
@@ -686,3 +693,45 @@ def test_screenshots_of_the_page_at_both_widths(
     finally:
         for pg in pages.values():
             pg.context.close()
+
+
+def test_the_first_response_holds_the_pending_cards_without_scripts(
+        browser: Any, served: Served, store_path: Path, tmp_path: Path) -> None:
+    effect = tmp_path / "effect.txt"
+    runner = defer(store_path, effect, "git log --oneline -5", "rm -rf build\x1b[2K",
+                   session_id="nightly-bot")
+    # The HTML of the first response, before any script runs.
+    with httpx.Client(base_url=served.base, follow_redirects=True) as client:
+        first = client.get("/", params={"token": served.token})
+    assert first.status_code == 200
+    assert first.text.count('class="request waiting first-paint"') == 2
+    assert "git log --oneline -5" in first.text
+    assert "rm -rf build<span class=\"ctl\">\\x1b</span>[2K" in first.text
+    assert "2 waiting" in first.text and "nightly-bot" in first.text
+    assert "Why asked: </span>shell always asks a human" in first.text
+    assert "FunctionResponse" not in first.text
+    # A browser with scripts off shows the cards, and can answer one.
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        pg = context.new_page()
+        pg.goto(served.url)
+        cards = pg.locator("article.request")
+        assert cards.count() == 2
+        assert "What happens: Calls shell" in str(cards.first.text_content())
+        assert pg.locator("#count").text_content() == "2 waiting"
+        target = pg.locator("article.request", has_text="git log")
+        rid = str(target.get_attribute("data-id"))
+        assert f"sandbox approvals approve {rid}" in str(target.text_content())
+    finally:
+        context.close()
+    assert apply(runner) == [] and ran(effect) == []
+
+
+def test_live_cards_replace_the_first_paint(
+        wide_page: Any, served: Served, store_path: Path, tmp_path: Path) -> None:
+    defer(store_path, tmp_path / "effect.txt", "ls -la")
+    wide_page.goto(served.url)
+    card(wide_page, "ls -la").locator(".choice-help").first.wait_for()
+    assert wide_page.locator("#first-paint").count() == 0
+    assert wide_page.locator("article.request").count() == 1
+    assert wide_page.locator("#live").text_content() == "live"

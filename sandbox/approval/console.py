@@ -44,6 +44,7 @@ from .display import (
     terminal_text,
     visible_details,
 )
+from .explain import explain
 from .models import ConfirmationRequest, Decision, Remember, RulePattern
 from .providers import OnTimeout, _check_timeout
 from .rules import ALWAYS_TTL
@@ -413,11 +414,13 @@ class ConsoleConfirmationProvider:
         subjects = rule_subjects_of(request)
         if subjects and (len(subjects) > 1 or command is None):
             rows.append(("parsed", " ; ".join(_words_text(a, colour) for a in subjects)))
-        if request.hint:
-            rows.append(("hint", terminal_text(request.hint, colour=colour)))
+        said = explain(request)
+        rows.append(("what", terminal_text(said.what, colour=colour)))
+        rows.append(("why", terminal_text(said.why, colour=colour)))
+        rows.append(("who", terminal_text(said.who, colour=colour)))
         for key, value in visible_details(request).items():
-            if key == "commands" and command is not None:
-                continue  # the same words as "parsed" or the command itself
+            if key in ("commands", "workspace", "policy") and command is not None:
+                continue  # said in "what" and "why", or the command itself
             if isinstance(value, dict) and isinstance(value.get("reason"), str):
                 value = value["reason"]  # a policy decision: its sentence says it all
             shown = value if isinstance(value, str) else json.dumps(

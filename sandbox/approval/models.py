@@ -11,9 +11,10 @@ from json.encoder import c_make_encoder as _c_make_encoder  # type: ignore[attr-
 from json.encoder import encode_basestring as _encode_basestring
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..errors import ConfigurationError
+from ..text import escape_surrogates, lone_surrogate, not_text_message, printable
 
 RequestKind = Literal["static", "predicate", "tool", "edit"]
 RequestStatus = Literal[
@@ -41,10 +42,10 @@ def canonical_json(value: Any) -> str:
     try:
         if _C_CANONICAL is not None:
             try:
-                return "".join(_C_CANONICAL(value, 0))
+                return escape_surrogates("".join(_C_CANONICAL(value, 0)))
             except RecursionError:
                 pass
-        return _CANONICAL.encode(value)
+        return escape_surrogates(_CANONICAL.encode(value))
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(
             f"tool arguments must be JSON values (str, number, bool, null, list, object): {exc}"
@@ -129,8 +130,17 @@ class Decision(BaseModel):
     remember: Remember | None = None
     """With scope session/always: what the rule covers (None = exactly this call)."""
 
+    @field_validator("reason", "decided_by", "channel")
+    @classmethod
+    def _prose(cls, value: str | None) -> str | None:
+        # A human's words are kept, with what no store can hold shown escaped.
+        return None if value is None else printable(value)
+
     @model_validator(mode="after")
     def _check(self) -> Decision:
+        found = lone_surrogate(self.args, "args")
+        if found:
+            raise ValueError(not_text_message("the edited arguments", found))
         if self.outcome == "edit" and self.args is None:
             raise ValueError("an 'edit' decision needs args: Decision.edit({...})")
         if self.outcome != "edit" and self.args is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import json
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -33,6 +34,13 @@ from ..errors import (
     UnknownCallError,
     UnknownConfirmationError,
     UnknownToolError,
+)
+from ..text import (
+    is_text,
+    lone_surrogate,
+    not_text_message,
+    printable,
+    surrogates_as_text,
 )
 from ..tools.base import BaseTool, ToolArgumentError, confirmation_hint_text
 from ..tools.context import OUTER_CALL, ToolConfirmation, ToolContext
@@ -140,6 +148,10 @@ class ToolRunner:
         # Arguments come from a model and end up in the store, the audit and a human's
         # screen: bound them (and call ids) like every other input.
         self.max_args_bytes = max_args_bytes
+        if session_id is not None and (not is_text(session_id) or "\x00" in session_id):
+            raise ConfigurationError(not_text_message(
+                "session_id", lone_surrogate(session_id, "session_id")
+                or "session_id: a NUL character"))
         self.session_id = session_id
         # Remembered decisions ("approve for this session", "always"): in the store's
         # file. A runner without a session id is its own session.
@@ -181,9 +193,18 @@ class ToolRunner:
                 f"call_id must be a non-empty string of at most {MAX_CALL_ID} characters, "
                 f"got {type(call_id).__name__} of length {len(str(call_id))}"
             )
+        if not is_text(call_id) or "\x00" in call_id:
+            raise ConfigurationError(not_text_message(
+                "call_id", lone_surrogate(call_id, "call_id") or "call_id: a NUL character"))
         try:
             checked = tool.validate_args({} if args is None else args)
             text = canonical_json(checked)  # serialised once: digest, record and request
+            if "\\ud" in text:
+                # canonical_json escaped a lone surrogate (or a value holds a backslash
+                # and "ud": lone_surrogate tells them apart, off the hot path).
+                found = lone_surrogate(checked, "args")
+                if found:
+                    raise ToolArgumentError(not_text_message(f"an argument to {name}", found))
             if len(text) > self.max_args_bytes:
                 raise ToolArgumentError(
                     f"the arguments to {name} are {len(text)} characters of JSON, over this "
@@ -616,6 +637,11 @@ class ToolRunner:
         step); answer it by rule, by a fixed answer or by the provider, or leave it
         waiting."""
         t = self._transitions
+        # A tool's own hint and payload may hold what no store, page or host can carry.
+        hint = printable(hint)
+        if payload is not None and lone_surrogate(payload):
+            payload = json.loads(surrogates_as_text(json.dumps(payload, ensure_ascii=False,
+                                                               default=repr)))
         if round_ >= self.max_rounds:
             stopped = NotRun(Status.ERROR, (
                 f"{call.name} asked for confirmation {round_} times in one call "

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..approval.display import escape_text, render_args, rule_subjects_of, visible_details
+from ..approval.explain import explain
 from ..approval.models import ConfirmationRequest, Decision, Remember, RulePattern
 from ..approval.rules import Rule, RuleBook, check_patterns
 from ..approval.store import ApprovalStore, open_store
@@ -142,6 +143,14 @@ def _open_store(args: argparse.Namespace, *, create: bool = False) -> ApprovalSt
         except StoreError as exc:
             raise _Exit(2, str(exc)) from None
     path = Path(ref)
+    parent = path.parent
+    if not parent.is_dir():
+        fix = (f"make it first (mkdir -p {parent})" if create else
+               "pass --store with the file your ToolRunner(store_path=...) writes, or set "
+               f"${STORE_ENV}; to start an empty store there, mkdir -p {parent} and run "
+               "`sandbox approvals serve --create`")
+        raise _Exit(2, f"no approval store at {path}: the directory {parent} does not "
+                       f"exist; {fix}")
     if not create and not path.exists():
         hint = (" (or add --create to start an empty one)"
                 if getattr(args, "create", None) is not None else "")
@@ -339,6 +348,7 @@ def _request_json(req: ConfirmationRequest, answered: bool) -> dict[str, Any]:
     return {
         "id": req.id, "call_id": req.call_id, "tool": req.tool, "args": req.args,
         "args_shown": render_args(req.args), "hint": req.hint, "kind": req.kind,
+        "explain": explain(req).as_dict(),
         "details": visible_details(req), "rule_subjects": rule_subjects_of(req),
         "created_at": req.created_at.isoformat(),
         "expires_at": req.expires_at.isoformat() if req.expires_at else None,
@@ -350,11 +360,18 @@ def _request_text(req: ConfirmationRequest, answered: bool) -> str:
     lines = [f"{req.id}  {escape_text(req.tool)}" + ("  [answered, not applied yet]"
                                                     if answered else "")]
     lines.append("  " + render_args(req.args).replace("\n", "\n  "))
-    if req.hint:
-        lines.append(f"  hint: {escape_text(req.hint)}")
+    said = explain(req)
+    lines.append(f"  what: {escape_text(said.what)}")
+    lines.append(f"  why asked: {escape_text(said.why)}")
+    lines.append(f"  asked by: {escape_text(said.who)}")
     for key, value in visible_details(req).items():
-        lines.append(f"  {escape_text(str(key))}: "
-                     f"{escape_text(value if isinstance(value, str) else json.dumps(value))}")
+        if key in ("commands", "workspace", "policy") and "policy" in req.details:
+            continue  # said in "what" and "why asked"
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        lines.append(f"  {escape_text(str(key))}: {escape_text(text)}")
+    lines.append("  answers: " + escape_text("; ".join(
+        f"{answer}: {does}" for answer, does in said.answers
+        if answer in ("approve once", "deny"))))
     if req.expires_at:
         lines.append(f"  expires: {req.expires_at.isoformat()}")
     return "\n".join(lines)

@@ -181,10 +181,24 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_NOT_APPROVED
     asking = _Asking(provider) if args.approve == "console" else None
     runner = ToolRunner(tools=[tool], provider=asking or provider)
+    problem = _argument_problem(runner, command)
+    if problem is not None:
+        # Bad input is a usage error (2), not "not approved" (125): nobody was asked.
+        if args.json:
+            print(json.dumps({"status": "error", "error": problem}))
+        else:
+            print(f"sandbox run: {problem}", file=sys.stderr)
+        return 2
     result = anyio.run(_call_with_status, runner, command, asking)
     if "signal" in result:
-        # SIGTERM/SIGHUP are handled like Ctrl-C: the tree is already killed.
-        print(f"sandbox run: stopped by {result['signal']}", file=sys.stderr)
+        # Ctrl-C, SIGTERM, SIGHUP: the command's tree is already killed.
+        stopped = {"status": "interrupted", "signal": result["signal"],
+                   "error": f"stopped by {result['signal']} before the command finished; "
+                            "its whole process tree was killed"}
+        if args.json:
+            print(json.dumps(stopped))
+        else:
+            print(f"sandbox run: {stopped['error']}", file=sys.stderr)
         return 128 + int(result["signal_number"])
     if args.json:
         print(json.dumps(result, default=str))
@@ -201,6 +215,22 @@ def _run(args: argparse.Namespace) -> int:
                   f"stdout and {result.get('stderr_bytes_dropped', 0)} stderr bytes dropped)",
                   file=sys.stderr)
     return _exit_status(result)
+
+
+def _argument_problem(runner: Any, command: str) -> str | None:
+    """Why the runner would refuse ``command`` as an argument (too large, not text)."""
+    from ..approval.models import canonical_json
+    from ..text import lone_surrogate, not_text_message
+
+    found = lone_surrogate(command, "the command")
+    if found:
+        return not_text_message("the command", found)
+    size = len(canonical_json({"command": command}))
+    if size > runner.max_args_bytes:
+        return (f"the command is {size:,} characters of JSON, over the runner's limit of "
+                f"{runner.max_args_bytes:,}; put long input in a file in the workspace and "
+                "name the file in the command")
+    return None
 
 
 def _provider(kind: str) -> Any:
@@ -261,9 +291,11 @@ async def _call_with_status(runner: Any, command: str,
     async def stop_on_signal(
         scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[None]
     ) -> None:
-        # SIGTERM and SIGHUP behave like Ctrl-C: cancelling the call makes the
-        # process layer kill the command's whole tree (shielded) before returning.
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+        # Ctrl-C, SIGTERM and SIGHUP cancel the call, which makes the process layer
+        # kill the command's whole tree (shielded) before returning; the caller then
+        # reports it (with --json, as a JSON result).
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP,
+                                        signal.SIGINT) as signals:
             task_status.started()
             async for signum in signals:
                 result["signal"] = signal.Signals(signum).name

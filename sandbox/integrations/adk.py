@@ -77,6 +77,7 @@ from ..audit import AuditLog
 from ..errors import ConfigurationError, DuplicateCallError, UnknownCallError
 from ..tools.base import BaseTool, ToolArgumentError, confirmation_hint_text
 from ..tools.context import OUTER_CALL, EventActions, OuterCall, ToolContext
+from ..tools.model_view import for_model
 
 __all__ = ["ApprovalPlugin", "GatedAdkTool", "to_adk_tool", "to_adk_tools"]
 
@@ -134,7 +135,7 @@ class GatedAdkTool(AdkBaseTool):
         finally:
             OUTER_CALL.reset(token)
         _hand_actions_to_adk(outer.actions, tool_context)
-        return _hand_pending_to_adk(self.runner, result, tool_context)
+        return _hand_pending_to_adk(self.runner, for_model(result), tool_context)
 
 
 def to_adk_tool(tool: BaseTool, *, runner: ToolRunner | None = None) -> GatedAdkTool:
@@ -368,6 +369,7 @@ class ApprovalPlugin(BasePlugin):
 
     def _finish(self, runner: ToolRunner, call: _AdkCall, tool_args: dict[str, Any],
                 result: dict[str, Any]) -> dict[str, Any]:
+        result = for_model(result)
         if call.ran_with is not None and call.ran_with != call.args \
                 and result.get("status") != Status.AWAITING:
             # Tell the model (and later callbacks) what really ran, so it does not retry
@@ -454,8 +456,14 @@ async def _apply_client_answer(runner: ToolRunner, name: str, args: dict[str, An
     if record.state == "awaiting" and record.request_id:
         request = await _in_thread(runner, runner.store.get_request, record.request_id)
         if request.status == "pending":
-            return await runner.resume(request.id, _client_decision(answer), args=args,
-                                       channel=CLIENT_CHANNEL)
+            decision = _client_decision(answer)
+            result = await runner.resume(request.id, decision, args=args,
+                                         channel=CLIENT_CHANNEL)
+            if decision.reason == NO_REASON and result.get("status") == Status.DENIED:
+                # A plain "no" from ADK's client: the model reads ADK's own words, as
+                # it would from ADK's tool (the store and audit keep the denial).
+                return {"error": ADK_REJECTED}
+            return result
     # Decided already (by a provider, another channel, or this very confirmation before):
     # the journal answers; a finished call is never started again.
     return await _call(runner, name, args, call_id)
@@ -467,7 +475,13 @@ def _client_decision(answer: AdkToolConfirmation) -> Decision:
     reason = None
     if isinstance(answer.payload, dict) and isinstance(answer.payload.get("reason"), str):
         reason = answer.payload["reason"]
-    return Decision.deny(reason or "rejected in the ADK client", channel=CLIENT_CHANNEL)
+    return Decision.deny(reason or NO_REASON, channel=CLIENT_CHANNEL)
+
+
+#: The reason recorded when ADK's client says no without one.
+NO_REASON = "rejected in the ADK client"
+#: What ADK's `FunctionTool` returns to the model for a rejected confirmation.
+ADK_REJECTED = "This tool call is rejected."
 
 
 def _hand_pending_to_adk(runner: ToolRunner, result: dict[str, Any],

@@ -53,6 +53,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ..approval.display import command_of, escape_text
+from ..approval.explain import explain
 from ..approval.models import ConfirmationRequest, Decision
 from ..approval.providers import ConfirmationProvider, OnTimeout
 from ..approval.results import Status
@@ -65,7 +66,9 @@ from ..errors import (
     SandboxError,
     UnknownConfirmationError,
 )
+from ..text import is_text, lone_surrogate, not_text_message, printable, surrogates_as_text
 from ..tools.base import BaseTool
+from ..tools.model_view import for_model
 
 __all__ = [
     "APPROVAL_FORM",
@@ -119,9 +122,9 @@ def approval_message(request: ConfirmationRequest) -> str:
     else:
         shown = "arguments: " + escape_text(json.dumps(
             request.args, sort_keys=True, ensure_ascii=False, default=repr))
-    lines = [f"Approve this call to {escape_text(request.tool)}?", shown]
-    if request.hint:
-        lines.append(escape_text(request.hint))
+    said = explain(request)
+    lines = [f"Approve this call to {escape_text(request.tool)}?", shown,
+             escape_text(said.what), "Why asked: " + escape_text(said.why)]
     if request.kind == "edit":
         lines.append("(these arguments were edited after the model proposed the call)")
     return "\n".join(lines)
@@ -348,7 +351,7 @@ class GatedToolServer:
                                        _progress_token(params) is not None)
         if isinstance(result, mtypes.InputRequiredResult):
             return result
-        return _tool_result(result)
+        return _tool_result(for_model(result))
 
     # -- the two eras --------------------------------------------------------------------
 
@@ -466,7 +469,8 @@ def _can_elicit_form(capabilities: mtypes.ClientCapabilities | None) -> bool:
 def _tool_result(result: Any) -> mtypes.CallToolResult:
     # structuredContent must be an object (it is checked against the outputSchema).
     structured = result if isinstance(result, dict) else {"result": result}
-    text = json.dumps(structured, ensure_ascii=False, default=repr)
+    # A host reads text: a lone surrogate a tool returned is shown as \udcff.
+    text = surrogates_as_text(json.dumps(structured, ensure_ascii=False, default=repr))
     return mtypes.CallToolResult(
         content=[mtypes.TextContent(text=text)],
         structured_content=json.loads(text),
@@ -647,7 +651,57 @@ async def serve_stdio(gate: GatedToolServer, *, name: str = "sandbox") -> None:
     """Serve ``gate``'s tools over this process's stdin/stdout until the client leaves."""
     server = build_server(gate, name=name)
     async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        send, receive = anyio.create_memory_object_stream[Any](0)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_answer_unreadable, read_stream, send, write_stream)
+            await server.run(receive, write_stream, server.create_initialization_options())
+            tg.cancel_scope.cancel()
+
+
+async def _answer_unreadable(read_stream: Any, forward: Any, write_stream: Any) -> None:
+    """Pass the client's messages on; answer a request the SDK could not read.
+
+    The SDK hands a line it cannot validate to the session as an exception, which
+    drops it: the client then waits for a reply that never comes. JSON with a lone
+    surrogate (``"\\ud800"``) is such a line (pydantic refuses it, Python's json reads
+    it). When the line still names a request id, it gets an answer: a tool call a
+    refusal naming where the text is broken, anything else a JSON-RPC error.
+    """
+    async with forward:
+        async for item in read_stream:
+            if isinstance(item, Exception):
+                reply = _reply_to_unreadable(item)
+                if reply is not None:
+                    await write_stream.send(reply)
+                    continue
+            await forward.send(item)
+
+
+def _reply_to_unreadable(exc: Exception) -> Any:
+    from mcp.shared.message import SessionMessage
+
+    errors = getattr(exc, "errors", None)
+    raw = errors()[0].get("input") if callable(errors) and errors() else None
+    if not isinstance(raw, (str, bytes)):
+        return None
+    try:
+        message = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or "id" not in message or "method" not in message:
+        return None
+    rid = message["id"]
+    if not isinstance(rid, (int, str)) or (isinstance(rid, str) and not is_text(rid)):
+        return None
+    found = lone_surrogate(message.get("params"), "params")
+    why = (not_text_message("this request", found) if found
+           else f"this request could not be read: {printable(str(exc)).splitlines()[0]}")
+    if message.get("method") == "tools/call" and found:
+        result = _tool_result({"status": Status.ERROR.value, "error": why})
+        body = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+        return SessionMessage(mtypes.JSONRPCResponse(jsonrpc="2.0", id=rid, result=body))
+    return SessionMessage(mtypes.JSONRPCError(
+        jsonrpc="2.0", id=rid, error=mtypes.ErrorData(code=INVALID_PARAMS, message=why)))
 
 
 class BearerTokenAuth:

@@ -93,8 +93,11 @@ def resolve(reference: str | os.PathLike[str]) -> Path:
         if path.is_file():
             return Path(os.path.abspath(path))  # "./readonly" stays a path once printed
         stem = Path(text).name.removesuffix(".toml")
-        hint = (f" (the shipped policy is named without .toml: --policy {stem})"
-                if stem in names() and os.sep not in text else "")
+        hint = ("" if stem not in names()
+                else f" (the shipped policy is named without .toml: --policy {stem})"
+                if os.sep not in text
+                else f"; {stem!r} is also a shipped policy, named from any directory: "
+                f"--policy {stem}")
         raise PolicyFileError(
             f"policy file {text!r} does not exist (relative paths are read from "
             f"{os.getcwd()}){hint}; give an existing path, or name a shipped policy: "

@@ -374,13 +374,21 @@ def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _describe_validation_error(tool: str, exc: ValidationError) -> str:
-    parts = []
+    """ADK's framing (`FunctionTool._build_validation_error_response`: one line per
+    parameter, "validation error", the invitation to retry), with each error located
+    to the exact element (``items.0.price``) and what was sent."""
+    by_param: dict[str, list[str]] = {}
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "<arguments>"
+        param = str(err["loc"][0]) if err["loc"] else "<arguments>"
         if err["type"] == "missing":
-            parts.append(f"missing required argument {loc!r}")
+            said = f"missing required argument {loc!r}"
         elif err["type"] == "extra_forbidden":
-            parts.append(f"unexpected argument {loc!r}")
+            said = f"unexpected argument {loc!r}"
         else:
-            parts.append(f"invalid argument {loc!r}: {err['msg']} (got {err.get('input')!r:.80})")
-    return f"Invalid arguments for {tool}: " + "; ".join(parts)
+            said = f"invalid argument {loc!r}: {err['msg']} (got {err.get('input')!r:.80})"
+        by_param.setdefault(param, []).append(said)
+    lines = "\n".join(f"Parameter {param!r}: validation error: " + "; ".join(said)
+                      for param, said in by_param.items())
+    return (f"Invoking `{tool}()` failed due to argument validation errors:\n{lines}\n"
+            "You could retry calling this tool with corrected argument types.")

@@ -19,6 +19,7 @@ from typing import Any
 import psutil  # type: ignore[import-untyped, unused-ignore]
 
 from ...errors import ConfirmationStateError, StoreError
+from ...text import escape_surrogates
 from ..models import ConfirmationRequest
 from .states import PRUNABLE, TERMINAL
 
@@ -245,8 +246,8 @@ def dump(value: Any) -> str | None:
         return str(value)
     if _C_DUMP is not None and type(value) is not str:
         try:
-            return "".join(_C_DUMP(value, 0))
+            return escape_surrogates("".join(_C_DUMP(value, 0)))
         except RecursionError:
             pass
-    return DUMP_ENCODER.encode(value)
+    return escape_surrogates(DUMP_ENCODER.encode(value))
 

@@ -35,6 +35,7 @@ import hashlib
 import hmac
 import html
 import json
+import re
 import secrets
 import time
 import urllib.parse
@@ -67,6 +68,7 @@ from ..rules import check_patterns
 from ..store import ApprovalStore
 from .assets import APP_CSS, APP_JS, PAGE_HTML
 from .events import PendingWatch, answer_view
+from .first_paint import count_text, render_cards
 from .listing import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -207,8 +209,23 @@ def create_app(store: ApprovalStore, *, token: str, identity: str = "web",
             return _secure(PlainTextResponse(
                 "401: a token is required. Open the URL that `sandbox approvals serve` "
                 "printed (it ends in ?token=...).", status_code=401))
-        page = PAGE_HTML.replace("{csrf}", sign("csrf", caller.session)).replace(
-            "{identity}", html.escape(caller.who))
+        csrf = sign("csrf", caller.session)
+
+        def first_page() -> tuple[list[dict[str, Any]], int]:
+            page = pending_page(store, limit=DEFAULT_LIMIT)
+            states = store.answer_states([r.id for r in page.items]) if page.items else {}
+            cards = [{**presented.card(req),
+                      "answer": states.get(req.id, ("pending", None))[1]}
+                     for req in page.items]
+            return cards, page.total
+
+        cards, total = await db(first_page)
+        cards = cards[:fit(cards)]
+        # One pass, so no text a card shows can be taken for a placeholder.
+        fills = {"{csrf}": csrf, "{identity}": html.escape(caller.who),
+                 "{first_paint}": render_cards(cards), "{count}": count_text(total),
+                 "{empty_hidden}": "" if total == 0 else " hidden"}
+        page = _PLACEHOLDER.sub(lambda m: fills[m.group()], PAGE_HTML)
         return _secure(Response(page, media_type="text/html; charset=utf-8"))
 
     async def script(request: Request, caller: _Caller) -> Response:
@@ -347,6 +364,9 @@ def create_app(store: ApprovalStore, *, token: str, identity: str = "web",
     ])
     app.state.watch = watch
     return app
+
+
+_PLACEHOLDER = re.compile(r"\{(?:csrf|identity|first_paint|count|empty_hidden)\}")
 
 
 def _secure(response: Response) -> Response:

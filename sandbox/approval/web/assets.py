@@ -25,14 +25,15 @@ PAGE_HTML = """<!doctype html>
 <header class="top">
   <div class="bar">
     <h1>Pending approvals</h1>
-    <span id="count" class="count"></span>
+    <span id="count" class="count">{count}</span>
     <span id="live" class="live">connecting…</span>
   </div>
   <p class="who">Answering as <span id="identity">{identity}</span></p>
 </header>
 <main>
-  <p id="empty" class="empty" hidden>Nothing is waiting for approval. New requests appear
+  <p id="empty" class="empty"{empty_hidden}>Nothing is waiting for approval. New requests appear
     here as soon as an agent asks.</p>
+  <div id="first-paint">{first_paint}</div>
   <div id="requests"></div>
   <div id="more" class="more" hidden>
     <span id="more-text"></span>
@@ -524,12 +525,17 @@ APP_JS = r"""
     }
     card.appendChild(head);
 
-    if (req.description && req.description.pieces.length) {
+    if (req.description && req.description.pieces.length && !(req.what && req.what.pieces.length)) {
       card.appendChild(textBlock("p", "description", req.description));
     }
-    if (req.hint && req.hint.pieces.length) {
+    if (req.what && req.what.pieces.length) {
+      const what = el("p", "what");
+      what.append(el("span", "why", "What happens: "), textBlock("span", "", req.what));
+      card.appendChild(what);
+    }
+    if (req.why && req.why.pieces.length) {
       const why = el("p", "hint");
-      why.append(el("span", "why", "Why asked: "), textBlock("span", "", req.hint));
+      why.append(el("span", "why", "Why asked: "), textBlock("span", "", req.why));
       card.appendChild(why);
     }
 
@@ -615,6 +621,9 @@ APP_JS = r"""
   }
 
   function addCards(data) {
+    // The cards the server rendered into the first response give way to live ones.
+    const firstPaint = document.getElementById("first-paint");
+    if (firstPaint) firstPaint.remove();
     for (const req of data.requests) {
       if (cards.has(req.id)) continue;
       list.appendChild(buildCard(req));

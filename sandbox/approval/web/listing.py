@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..display import count_controls, escape_pieces, escape_text, rule_subjects_of
+from ..explain import explain
 from ..models import ConfirmationRequest
 from ..store import MAX_PAGE, ApprovalStore, Page
 
@@ -214,8 +215,12 @@ def present(req: ConfirmationRequest) -> dict[str, Any]:
     shown = _cut(text, DISPLAY_CHARS) if is_command else _shown_json(req.args)
     controls, counted_part = _controls(req.args, layout=not is_command)
     command = req.args.get("command")
+    said = explain(req)
+    # A bash request's policy verdict, parsed commands and workspace are said in words
+    # ("what", "why"); the raw decision stays in the store and the audit log.
+    said_in_words = ("policy", "commands", "workspace") if "policy" in req.details else ()
     details = {k: v for k, v in req.details.items()
-               if k not in ("rule_subjects", "tool_description")}
+               if k not in ("rule_subjects", "tool_description", *said_in_words)}
     if req.payload is not None:
         details["payload"] = req.payload
     subjects = rule_subjects_of(req)
@@ -229,6 +234,9 @@ def present(req: ConfirmationRequest) -> dict[str, Any]:
         else None,
         "kind": req.kind,
         "hint": _cut_text(req.hint, TEXT_CHARS),
+        "what": _cut_text(said.what, TEXT_CHARS),
+        "why": _cut_text(said.why, TEXT_CHARS),
+        "who": _cut_text(said.who, TEXT_CHARS),
         "args_pieces": shown.pieces,
         "args_chars": shown.chars,
         "args_truncated": shown.truncated,
