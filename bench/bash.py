@@ -85,7 +85,11 @@ def _ours(workspace: Path, limits: bool, via: str = "preexec_fn", *,
     return run
 
 
-async def _spawn_table(rounds: int, workspace: Path, pause: float = 0.0) -> None:
+async def _spawn_table(rounds: int, workspace: Path, pause: float = 0.0, *,
+                       only: tuple[str, ...] = (), quiet: bool = False
+                       ) -> dict[str, float]:  # fmt: skip
+    """Print table 1a/1b; returns the medians (µs) by variant. only: these variants
+    (and ADK's) alone; quiet: print nothing (the unprivileged child of table 1c)."""
     async def plain() -> Any:
         return subprocess.run(["bash", "-c", "true"], check=False)
 
@@ -96,6 +100,8 @@ async def _spawn_table(rounds: int, workspace: Path, pause: float = 0.0) -> None
         "ours, 3 limits, confinement='none'": _ours(workspace, True, confined=False),
         "subprocess.run(['bash','-c','true'])": plain,
     }
+    if only:
+        variants = {name: fn for name, fn in variants.items() if name in only}
     adk = _adk(workspace)
     if adk is not None:
         variants["ADK 2.13 ExecuteBashTool, 3 limits"] = adk
@@ -113,6 +119,8 @@ async def _spawn_table(rounds: int, workspace: Path, pause: float = 0.0) -> None
             await fn()
             samples[name].append((time.perf_counter() - started) * 1e6)
     medians = {name: statistics.median(xs) for name, xs in samples.items()}
+    if quiet:
+        return medians
     adk_median = medians.get("ADK 2.13 ExecuteBashTool, 3 limits")
     # Issue 9: all three limits and the default confinement <= 0.6x ADK; the earlier
     # goals (issue "ExecuteBashTool") for the other rows.
@@ -130,6 +138,56 @@ async def _spawn_table(rounds: int, workspace: Path, pause: float = 0.0) -> None
         if name in goals and adk_median:
             goal = f"≤ {goals[name]}x ADK: {_verdict(ratio <= goals[name])}"
         print(f"   {name:40} {medians[name]:10.0f} {p90:10.0f} {ratio:7.2f}  {goal}")
+    return medians
+
+
+ADK_ROW = "ADK 2.13 ExecuteBashTool, 3 limits"
+UNPRIVILEGED_ROWS = ("ours, 3 limits", "ours, no limits")
+
+
+def _unprivileged_table(rounds: int, pause: float, root: dict[str, float]) -> None:
+    """Table 1c: the same calls made by an agent running as an ordinary user (a
+    throwaway user, made and removed here), beside ADK's in that same process, and
+    beside root's (table 1b). Goals (issue 15): ≤ 0.6x ADK, ≤ 1.2x root."""
+    import json
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests import matrix
+
+    print()
+    why = matrix.unavailable()
+    if why:
+        print(f"1c. as an unprivileged user: not measured ({why})")
+        return
+    python = matrix.python_for_everyone()
+    assert python is not None
+    path = ":".join([str(matrix.REPO), str(Path(__file__).resolve().parent),
+                     *matrix.site_packages()])  # fmt: skip
+    with matrix.throwaway_user() as user:
+        done = subprocess.run(
+            ["setpriv", "--reuid", user, "--regid", user, "--clear-groups", "env", "-i",
+             "PATH=/usr/bin:/bin", f"PYTHONPATH={path}", "HOME=/tmp", python,
+             str(Path(__file__).resolve()), "--unprivileged-child", "--pause-rounds",
+             str(rounds), "--pause", str(pause)],
+            cwd="/tmp", capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
+    if done.returncode != 0:
+        print(f"1c. as an unprivileged user: the measuring agent failed: {done.stderr[-2000:]}")
+        return
+    medians: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    adk = medians.get(ADK_ROW)
+    print(f"1c. `true` end to end as an ordinary user (a throwaway uid), each call after a "
+          f"{pause * 1000:g} ms pause ({rounds} rounds, shuffled), beside ADK in the same "
+          "process and root's table 1b")
+    print(f"   {'variant':40} {'median µs':>10} {'x ADK':>7} {'x root':>7}  goal")
+    for name, median in medians.items():
+        x_adk = median / adk if adk else float("nan")
+        x_root = median / root[name] if root.get(name) else float("nan")
+        goal = ""
+        if name == "ours, 3 limits":
+            goal = (f"≤ 0.6x ADK: {_verdict(x_adk <= 0.6)}, ≤ 1.2x root: "
+                    f"{_verdict(x_root <= 1.2)}")  # fmt: skip
+        print(f"   {name + ' (unprivileged)':40} {median:10.0f} {x_adk:7.2f} {x_root:7.2f}  "
+              f"{goal}")
 
 
 SCRIPT_2KB = "\n".join(
@@ -324,15 +382,29 @@ async def main() -> None:
     parser.add_argument("--pause-rounds", type=int, default=100)
     parser.add_argument("--check-only", action="store_true",
                         help="only table 2 (BashToolPolicy.check)")
+    parser.add_argument("--unprivileged-child", action="store_true",
+                        help=argparse.SUPPRESS)  # table 1c's measuring agent
+    parser.add_argument("--no-unprivileged", action="store_true",
+                        help="skip table 1c (an agent as a throwaway user)")
     args = parser.parse_args()
     if args.check_only:
         _check_table()
+        return
+    if args.unprivileged_child:
+        import json
+
+        with tempfile.TemporaryDirectory() as tmp:
+            found = await _spawn_table(args.pause_rounds, Path(tmp), args.pause,
+                                       only=UNPRIVILEGED_ROWS, quiet=True)  # fmt: skip
+        print(json.dumps(found))
         return
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Path(tmp)
         await _spawn_table(args.rounds, workspace)
         print()
-        await _spawn_table(args.pause_rounds, workspace, args.pause)
+        root = await _spawn_table(args.pause_rounds, workspace, args.pause)
+        if not args.no_unprivileged and os.geteuid() == 0:
+            _unprivileged_table(args.pause_rounds, args.pause, root)
         _check_table()
         await _escape_table(workspace, args.timeout)
         await _yes_rss(workspace, args.yes_seconds)

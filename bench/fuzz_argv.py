@@ -26,6 +26,21 @@ parse is the one ``bash -c`` would make; each case's stubs log under its own
 
     python bench/fuzz_argv.py --cases 400000 --seed 21 --jobs 2
 
+**Programs that run programs** (the runner family, about one case in 40): commands
+of real programs under the shipped policies (readonly, git-readonly, python-dev) with
+the options that make them start another program (pytest ``-p``, ``--tx``, ``-d``,
+``-c``, ``--pdbcls``, ``-W``; git ``--ext-diff``, ``--textconv``, ``--show-signature``,
+``-c``, ``-O``, ``--help``; file ``-z``; sort ``--compress-program``, rg ``--pre``,
+find ``-exec``, awk ``system()``, sed ``e``) beside their ordinary ones, run in a
+repository whose configuration points every route at a recorder stub (textconv,
+external diff, clean/smudge/process filters, merge drivers, fsmonitor, hooks, pager,
+editor, credential helper, ssh and askpass commands, signing programs, ``!``
+aliases, include.path), with a bare repository committed inside it and reached by
+``cd``, ``-C``, ``--git-dir``, ``GIT_DIR``. A case `check` allows without a
+confirmation runs with the policy's environment and the git guard
+(sandbox/bash/gitguard.py), as the tool runs it: any stub program that starts is a
+divergence, since `check` reported none.
+
 A second oracle beside bench/fuzz_policy.py (which compares the programs bash ran, and
 the builtins, with empty PATH and nothing executed): this one runs stub programs and
 compares their argv too, so it finds arguments `check` never saw.
@@ -47,7 +62,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from sandbox.bash.gitguard import guarded_env
 from sandbox.bash.policy import BashToolPolicy
+from sandbox.policies import resolve
 
 ALLOWED = ("a", "b", "echo", "true", "[")
 STUBS = ("a", "b", "x", "y", "touch", "id", "cat", "ls")
@@ -258,6 +275,211 @@ def explained(argv: list[str], allowed: list[tuple[str, tuple[str | None, ...]]]
 
 
 # ---------------------------------------------------------------------------
+# The runner family: real programs, options and repository content that start programs
+
+RUNNER_POLICIES = ("readonly", "git-readonly", "python-dev")
+# what a planted route or a program-running option names: recorder stubs on PATH
+RUNNER_STUBS = ("x", "y", "id", "touch", "gpg", "gpgsm", "ssh-keygen", "ssh", "man", "less",
+                "more", "gzip", "bzip2", "xz", "zstd", "lzip", "lz4", "lrzip", "uncompress",
+                "brotli", "compress", "git-remote-x", "pr")
+_GIT_SUBS = ("status", "log", "diff", "show", "blame f.txt", "grep -n a", "stash list",
+             "ls-files", "cat-file -p HEAD:f.txt", "log -p", "diff HEAD", "show HEAD",
+             "status -v", "diff --cached", "log -p -1 --stat")
+_GIT_OPTS = ("-p", "--stat", "-1", "--oneline", "--no-ext-diff", "--no-textconv", "-w", "f.txt",
+             "--", "HEAD", "-U1", "--color=never", "--name-only", "-z")
+_GIT_RUNNERS = ("--ext-diff", "--textconv", "--show-signature", "-c core.pager=x",
+                "-c diff.external=x", "--exec-path=.", "-O x", "--open-files-in-pager=x",
+                "--help", "--paginate", "--output=o.txt", "--ext-diff --no-ext-diff",
+                "--no-ext-diff --ext-diff", "--textconv=x", "-Ox", "--config-env=core.pager=X")
+_GIT_GLOBALS = ("", "", "", "--no-pager ", "-P ", "-p ", "-C . ", "-C vendor/lib.git ",
+                "--git-dir=vendor/lib.git ", "-C sub ", "--bare ", "-c core.fsmonitor=x ")
+_GIT_LEADS = ("", "", "", "", "cd vendor/lib.git && ", "cd sub && ", "GIT_DIR=vendor/lib.git ",
+              "GIT_EXTERNAL_DIFF=x ", "GIT_PAGER=x ", "cd vendor/lib.git; ", "cd vendor && ")
+_PYTEST_OPTS = ("-q", "-x", "-v", "-k a", "-m slow", "--tb=short", "-rA", "--lf", "-s",
+                "--collect-only", "test_a.py", "test_a.py::test_a", "--maxfail=1", "-vx")
+_PYTEST_RUNNERS = ("-p plug", "-pplug", "-vpplug", "--tx popen//python=x",
+                   "-d --tx popen//python=x", "--pdbcls=plug:P --pdb", "-W error::plug.W",
+                   "-c evil.ini", "--config-file=evil.ini", "--rootdir=sub", "--confcutdir=.",
+                   "-o addopts=-pplug", "--override-ini=addopts=-pplug", "--pyargs plug",
+                   "plug.py", "../plugins/plug.py", "PLUGINS/plug.py", "--import-mode=importlib",
+                   "-p", "plug", "--dist=load --tx popen//python=x", "-n 1", "--maxf=1",
+                   "--trace", "--debug=x.log", "--junit-xml=x.xml")
+_FILE_OPTS = ("-z", "-Z", "--uncompress", "--uncompress-noreport", "-bz", "-zb", "-k", "-b",
+              "--mime-type", "-i", "-L", "-s", "--mime", "-S", "--no-sandbox", "-P bytes=9")
+# other programs of the shipped policies with an option that starts a program
+_MISC = ("sort --compress-program=x f.txt", "sort -S 1 --compress-program x f.txt",
+         "sort --compress-prog=x f.txt", "rg --pre x a", "rg --pre=x a", "rg -z a", "rg --pre-glob '*' --pre x a",
+         "find . -exec x ';'", "find . -execdir x {} +", "find . -ok x ';'", "diff --paginate f.txt g.txt",
+         "diff -l f.txt g.txt", "awk 'BEGIN{system(\"x\")}'", "awk 'BEGIN{print | \"x\"}'",
+         "sed -n '1e x' f.txt", "sed 's/a/x/e' f.txt", "tree --fromfile x", "grep -r a .",
+         "python3 -c 'import os; os.system(\"x\")'", "tail -n 1 f.txt", "ls -l", "cat f.txt")
+_FILE_OPERANDS = ("s.sh", "x.gz", "x.Z", "x.bz2", "x.xz", "x.zst", "x.lz", "f.txt")
+
+
+def runner_case(rng: random.Random) -> tuple[str, str]:
+    """(policy name, command): a program that can start others, and its options."""
+    policy = RUNNER_POLICIES[rng.randrange(len(RUNNER_POLICIES))]
+    r = rng.random()
+
+    def some(pool: tuple[str, ...], runners: tuple[str, ...], n: int) -> list[str]:
+        out = []
+        for _ in range(n):
+            src = runners if rng.random() < 0.35 else pool
+            out.append(src[rng.randrange(len(src))])
+        return out
+
+    if r < 0.55:
+        sub = _GIT_SUBS[rng.randrange(len(_GIT_SUBS))]
+        lead = _GIT_LEADS[rng.randrange(len(_GIT_LEADS))]
+        glob = _GIT_GLOBALS[rng.randrange(len(_GIT_GLOBALS))]
+        words = some(_GIT_OPTS, _GIT_RUNNERS, rng.randrange(3))
+        return policy, f"{lead}git {glob}{sub} {' '.join(words)}".rstrip()
+    if r < 0.80:
+        words = some(_PYTEST_OPTS, _PYTEST_RUNNERS, rng.randrange(1, 4))
+        return policy, "pytest " + " ".join(words)
+    if r < 0.90:
+        return policy, _MISC[rng.randrange(len(_MISC))]
+    words = some(_FILE_OPERANDS, _FILE_OPTS, rng.randrange(1, 3))
+    return policy, "file " + " ".join(words) + " " + _FILE_OPERANDS[rng.randrange(len(_FILE_OPERANDS))]
+
+
+class RunnerOracle:
+    """A workspace whose repository points every configuration route at a stub."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="fuzz-runners-"))
+        self.bin = self.root / "bin"
+        self.bin.mkdir()
+        for name in RUNNER_STUBS:
+            stub = self.bin / name
+            stub.write_text(_STUB + "cat >/dev/null 2>&1 </dev/null\nexit 0\n")
+            stub.chmod(0o755)
+        pytest_ = self.bin / "pytest"
+        pytest_.write_text(f"#!/bin/sh\nexec {sys.executable} -m pytest \"$@\"\n")
+        pytest_.chmod(0o755)
+        self.log = self.root / "log"
+        self.log.write_bytes(b"")
+        self.plugins = self.root / "plugins"
+        self.plugins.mkdir()
+        (self.plugins / "plug.py").write_text(
+            "import subprocess\nsubprocess.run(['x', 'plug'])\n"
+            "class P:\n    pass\nclass W(Warning):\n    pass\n")
+        self.home = self.root / "home"
+        self.home.mkdir()
+        self.ws = self.root / "ws"
+        self._workspace()
+        self.policies = {n: BashToolPolicy.from_toml(resolve(n)) for n in RUNNER_POLICIES}
+
+    def _git(self, cwd: Path, *args: str) -> None:
+        subprocess.run(["git", *args], cwd=cwd, check=True, stdout=subprocess.DEVNULL,
+                       env={"PATH": "/usr/bin:/bin", "HOME": str(self.home),
+                            "GIT_CONFIG_NOSYSTEM": "1"})
+
+    def _routes(self, repo: Path) -> None:
+        x = str(self.bin / "x")
+        for key in ("core.fsmonitor", "core.pager", "pager.log", "pager.diff", "diff.external",
+                    "core.editor", "sequence.editor", "core.sshCommand", "core.askPass",
+                    "credential.helper", "gpg.program", "gpg.ssh.program", "diff.evil.textconv",
+                    "diff.evil.command", "filter.evil.clean", "filter.evil.smudge",
+                    "filter.evil.process", "merge.evil.driver", "core.hooksPath"):
+            self._git(repo, "config", key, self.root.as_posix() + "/hooks" if key ==
+                      "core.hooksPath" else x)
+        self._git(repo, "config", "alias.st", "!x")
+        self._git(repo, "config", "log.showSignature", "true")
+        self._git(repo, "config", "include.path", str(self.root / "included.cfg"))
+        self._git(repo, "config", "remote.origin.vcs", "x")
+
+    def _workspace(self) -> None:
+        ws = self.ws
+        ws.mkdir()
+        (ws / "sub").mkdir()
+        (ws / "f.txt").write_text("a\n")
+        (ws / "g.txt").write_text("a\n")
+        (ws / ".gitattributes").write_text("* diff=evil filter=evil merge=evil\ng.txt diff=inc\n")
+        (ws / "test_a.py").write_text("def test_a():\n    pass\n")
+        (ws / "sub" / "test_b.py").write_text("def test_b():\n    pass\n")
+        (ws / "evil.ini").write_text("[pytest]\naddopts = -p plug\n")
+        (ws / "s.sh").write_text("#!/usr/bin/env secret --x\n")
+        for name, head in (("x.gz", b"\x1f\x8b\x08\x00"), ("x.Z", b"\x1f\x9d\x90"),
+                           ("x.bz2", b"BZh91AY&SY"), ("x.xz", b"\xfd7zXZ\x00"),
+                           ("x.zst", b"\x28\xb5\x2f\xfd"), ("x.lz", b"LZIP\x01")):
+            (ws / name).write_bytes(head + bytes(64))
+        (self.root / "included.cfg").write_text(
+            f"[diff \"inc\"]\n\ttextconv = {self.bin / 'x'}\n[core]\n\tfsmonitor = {self.bin / 'x'}\n")
+        hooks = self.root / "hooks"
+        hooks.mkdir()
+        for hook in ("pre-commit", "post-checkout", "post-index-change", "reference-transaction"):
+            (hooks / hook).symlink_to(self.bin / "x")
+        self._git(ws, "init", "-q", "-b", "main")
+        self._git(ws, "add", "-A")
+        self._git(ws, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+        self._git(ws, "config", "user.name", "t")
+        self._git(ws, "config", "user.email", "t@t")
+        (ws / "f.txt").write_text("a\nb\n")
+        (ws / "g.txt").write_text("a\nb\n")
+        src = self.root / "libsrc"
+        src.mkdir()
+        (src / "l.txt").write_text("l\n")
+        (src / ".gitattributes").write_text("* diff=evil\n")
+        self._git(src, "init", "-q", "-b", "main")
+        self._git(src, "add", "-A")
+        self._git(src, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "l")
+        (ws / "vendor").mkdir()
+        subprocess.run(["git", "clone", "-q", "--bare", str(src), str(ws / "vendor" / "lib.git")],
+                       check=True, env={"PATH": "/usr/bin:/bin", "HOME": str(self.home)})
+        self._routes(ws)
+        self._routes(ws / "vendor" / "lib.git")
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def run(self, policy: str, command: str, timeout: float = 20.0) -> list[list[str]]:
+        """Run one case as the tool would (the policy's environment, the git guard;
+        no OS confinement here) and return the stub argvs it started."""
+        env = dict(self.policies[policy].env)
+        env.update({
+            "PATH": f"{self.bin}:{env.get('PATH', '/usr/bin:/bin')}",
+            "HOME": str(self.home), "PYTHONPATH": str(self.plugins),
+            "FZ_LOG": str(self.log), "FZ_CASE": "0", "PYTHONDONTWRITEBYTECODE": "1",
+            # the plugins installed here (anyio, hypothesis ...) only slow each run down;
+            # -p still loads a plugin by name
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        })
+        env = guarded_env(env)
+        self.log.write_bytes(b"")
+        proc = subprocess.Popen(
+            [shutil.which("bash") or "/bin/bash", "--norc", "--noprofile", "-c", command],
+            cwd=self.ws, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_group(proc)
+        fields = self.log.read_bytes().decode("utf-8", "surrogateescape").split("\0")
+        runs, i = [], 0
+        while i + 2 < len(fields):
+            if not fields[i].isdigit() or not fields[i + 1].isdigit():
+                i += 1
+                continue
+            n = int(fields[i + 1])
+            runs.append(fields[i + 2 : i + 3 + n])
+            i += 3 + n
+        return runs
+
+
+def runner_reported(policy: BashToolPolicy, command: str
+                    ) -> list[tuple[str, tuple[str | None, ...]]] | None:
+    """What check reported, or None when it refuses ``command`` or a human must
+    confirm it first (a confirmed command is the human's to judge)."""
+    decision, script = policy._decide(command)
+    if not decision.allowed or script is None or policy.needs_confirmation(command):
+        return None
+    return [(c.words[0].value or "", tuple(w.value for w in c.words))
+            for c in script.commands if c.words]
+
+
+# ---------------------------------------------------------------------------
 # The oracle
 
 # One record per run, NUL-separated (an argument can hold any byte but NUL): the case
@@ -366,11 +588,19 @@ class Result:
     executed: int = 0
     divergences: list[tuple[str, list[str]]] = field(default_factory=list)
     seconds: float = 0.0
+    runner_cases: int = 0
+    runner_unasked: int = 0
+    runner_asked_or_refused: int = 0
+
+
+RUNNER_SHARE = 40  # one case in 40 is of the runner family
 
 
 def fuzz(seed: int, count: int, batch: int = 400) -> Result:
     result = Result()
     oracle = Oracle()
+    runners = RunnerOracle()
+    pick = random.Random(seed ^ 0x5EED)
     start = time.perf_counter()
     try:
         pending: list[tuple[str, list[tuple[str, tuple[str | None, ...]]]]] = []
@@ -386,6 +616,9 @@ def fuzz(seed: int, count: int, batch: int = 400) -> Result:
 
         for command in cases(seed, count):
             result.cases += 1
+            if pick.randrange(RUNNER_SHARE) == 0:
+                _runner(runners, pick, result)
+                continue
             allowed = reported(command)
             if allowed is None:
                 continue
@@ -397,8 +630,25 @@ def fuzz(seed: int, count: int, batch: int = 400) -> Result:
             flush()
     finally:
         oracle.close()
+        runners.close()
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _runner(runners: RunnerOracle, rng: random.Random, result: Result) -> None:
+    policy, command = runner_case(rng)
+    command = command.replace("PLUGINS", str(runners.plugins))  # before check sees it
+    result.runner_cases += 1
+    allowed = runner_reported(runners.policies[policy], command)
+    if allowed is None:
+        result.runner_asked_or_refused += 1
+        return
+    result.allowed += 1
+    result.runner_unasked += 1
+    for argv in runners.run(policy, command):
+        result.executed += 1
+        if not explained(argv, allowed):
+            result.divergences.append((f"[{policy}] {command}", argv))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -426,6 +676,8 @@ def main(argv: list[str] | None = None) -> int:
             _progress(total, done, len(units), start)
     print(f"cases={total.cases} allowed={total.allowed} executed_programs={total.executed} "
           f"divergences={len(total.divergences)} seconds={time.perf_counter() - start:.0f}")
+    print(f"runner family: cases={total.runner_cases} run_unasked={total.runner_unasked} "
+          f"asked_or_refused={total.runner_asked_or_refused}")
     for command, argv_ in total.divergences[:50]:
         print(f"DIVERGENCE {command!r} ran {argv_!r}")
     return 1 if total.divergences else 0
@@ -440,6 +692,9 @@ def _add(total: Result, r: Result) -> None:
     total.allowed += r.allowed
     total.executed += r.executed
     total.divergences += r.divergences
+    total.runner_cases += r.runner_cases
+    total.runner_unasked += r.runner_unasked
+    total.runner_asked_or_refused += r.runner_asked_or_refused
 
 
 def _progress(total: Result, done: int, units: int, start: float) -> None:

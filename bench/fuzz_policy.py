@@ -13,10 +13,20 @@ The oracle is bash itself: every command the policy allowed is run by bash with 
 empty PATH, so every program it starts falls through to a ``command_not_found_handle``
 that records the program's name and does nothing else (no program is executed at
 all). A case is a divergence when bash ran a program that `check` did not report as
-one of the allowed simple commands. Cases run in a scratch directory, with stdin
-closed, one subshell each and a CPU-time limit.
+one of the allowed simple commands, or when bash itself read a file (``$(< f)`` prints
+a file with no program: bash's own ``cat``) that `check` did not report a reader of;
+reads are seen by inotify (IN_ACCESS, a read(2) that returned data) on the scratch
+directory the cases run in, which holds non-empty files (``f.txt``, ``foo``) restored
+before every case. Cases run there with stdin closed, one subshell each and a CPU-time
+limit.
+
+Substitutions are generated with comments, blank lines, here-documents, ``;``/``&``
+and redirection-only commands inside (``$(#c<newline>< f.txt)``, ``<(< foo 2>/dev/null)``);
+``--templates`` generates only those: a substitution context (``$( )``, ``"$( )"``,
+backticks, ``<( )``, ``>( )``, a here-document body, nested) around such a body.
 
     python bench/fuzz_policy.py --cases 2000000 --seed 1 --jobs 2
+    python bench/fuzz_policy.py --cases 200000 --templates
 
 prints the counts and every divergence (the command, what check reported, what
 bash ran), and exits 1 when there is one.
@@ -25,8 +35,11 @@ bash ran), and exits 1 when there is one.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import random
+import select
+import struct
 import subprocess
 import sys
 import tempfile
@@ -87,14 +100,15 @@ class Grammar:
                                    "{v//a/b}", "{a[0]}", "{v:+" + self.word(depth + 1) + "}",
                                    "{!v}", "{v#*}", "{v%%a}", "{v:-'" + self.content() + "'}"])
         if k == 13:
-            return "$(" + self.script(depth + 1) + ")"
+            return "$(" + self.sub_script(depth + 1) + ")"
         if k == 14:
-            return "`" + self.simple(depth + 1).replace("`", "") + "`"
+            body = self.sub_script(depth + 1) if r.random() < 0.3 else self.simple(depth + 1)
+            return "`" + body.replace("`", "") + "`"
         if k == 15:
             return "$((" + r.choice(["1+2", "v*2", "a[1]", "$(" + self.simple(depth + 1) + ")", "x<2?1:0",
                                      "1<<2", "(1)"]) + "))"
         if k == 16:
-            return r.choice("<>") + "(" + self.script(depth + 1) + ")"
+            return r.choice("<>") + "(" + self.sub_script(depth + 1) + ")"
         if k == 17:
             return "{" + ",".join(self.part(depth + 1) for _ in range(r.randint(1, 3))) + "}"
         if k == 18:
@@ -111,9 +125,11 @@ class Grammar:
         for _ in range(r.randint(0, 3)):
             k = r.randint(0, 7)
             if k == 0:
-                out.append("$(" + self.simple(depth + 1) + ")")
+                body = self.sub_script(depth + 1) if r.random() < 0.3 else self.simple(depth + 1)
+                out.append("$(" + body + ")")
             elif k == 1:
-                out.append("`" + self.simple(depth + 1).replace("`", "") + "`")
+                body = self.sub_script(depth + 1) if r.random() < 0.3 else self.simple(depth + 1)
+                out.append("`" + body.replace("`", "") + "`")
             elif k == 2:
                 out.append("${v:-" + r.choice(["'a'", "'$(x)'", "b", '"c"', "<(x)"]) + "}")
             elif k == 3:
@@ -186,7 +202,8 @@ class Grammar:
         if k == 24:
             delim = r.choice(["EOF", "'EOF'", '"EOF"', "E\\OF", "-EOF"])
             body = r.choice(["hi", "$(" + self.simple(depth + 1) + ")", "`x`", "${v:-$(x)}", "a\\\nb",
-                             "\\$(x)", "$'x'"])
+                             "\\$(x)", "$'x'", "$(" + self.sub_script(depth + 1) + ")",
+                             "`" + self.sub_script(depth + 1).replace("`", "") + "`"])
             plain = delim.strip("'\"").replace("\\", "").lstrip("-")
             op = "<<-" if delim.startswith("-") else "<<"
             if r.random() < 0.3:
@@ -217,8 +234,97 @@ class Grammar:
             out += r.choice(["; ", " && ", " || ", "\n", " & ", ";"]) + p
         return out
 
-    def case(self) -> str:
-        text = self.script()
+    # Bodies of substitutions: bash prints a file when the last line a substitution runs
+    # is only "< FILE" ($(< f) is its own cat), so comments, blank lines, here-documents,
+    # ; and & and other redirections around such a command are generated.
+    def bare_redirect(self) -> str:
+        r = self.r
+        target = r.choice(["f.txt", "foo", "'f.txt'", '"foo"', "f\\.txt", "f*", "./foo", "$v",
+                           "${v:-foo}", "~/foo"])
+        text = r.choice(["<", "< ", "0<", "00<", "3<", "<>", "<\\\n", "< \\\n"]) + target
+        k = r.randint(0, 19)
+        if k == 0:
+            text += " 2>/dev/null"
+        elif k == 1:
+            text = "2>/dev/null " + text
+        elif k == 2:
+            text += " <<<x"
+        elif k == 3:
+            text += " < /dev/null"
+        elif k == 4:
+            text = "! " + text
+        elif k == 5:
+            text = "time " + text
+        elif k == 6:
+            text = "{ " + text + "; }"
+        elif k == 7:
+            text = "( " + text + " )"
+        elif k == 8:
+            text += " &"
+        elif k == 9:
+            text = "v=1 " + text
+        return text
+
+    def sub_script(self, depth: int) -> str:
+        r = self.r
+        if r.random() < 0.6:
+            return self.script(depth)
+        out = r.choice(["", "", "\n", " ", "#c\n", "\n#c\n", "\n\n"])
+        for i in range(r.randint(1, 3)):
+            k = r.randint(0, 9)
+            if k <= 4:
+                item = self.bare_redirect()
+            elif k <= 6:
+                item = self.simple(depth)
+            elif k == 7:
+                # a here-document whose body line ends the line: what follows starts a new one
+                item = f"{self.pick(self.simple(depth), self.bare_redirect())} <<H\n" \
+                       f"{self.pick('x', '$(< foo)', '`<foo`')}\nH\n"
+            elif k == 8:
+                item = "#c\n" + self.bare_redirect()
+            else:
+                item = self.pipeline(depth)
+            if i:
+                if not out.endswith("\n"):
+                    out += r.choice(["\n", ";", "; ", ";\n", "&\n", " & ", "\n\n", " #c\n", ";#c\n",
+                                     "\n#c\n", " &&\n", " |\n"])
+                else:
+                    out += r.choice(["", "", "#c\n", " ", ";"])
+            out += item
+        return out + r.choice(["", "", "", "\n", ";", " ;", " #c\n", "\n#c\n", " &", "\n ", ";\n",
+                               " \\\n", "\n\n", " #c"])
+
+    def template(self) -> str:
+        """One substitution context around a generated body (``--templates``)."""
+        r = self.r
+        body = self.sub_script(1) if r.random() < 0.8 else self.bare_redirect()
+        k = r.randint(0, 11)
+        if k == 0:
+            return f"a $({body})"
+        if k == 1:
+            return f'a "$({body})"'
+        if k == 2:
+            return "a `" + body.replace("`", "") + "`"
+        if k == 3:
+            return 'a "`' + body.replace("`", "") + '`"'
+        if k == 4:
+            return f"a <({body})"
+        if k == 5:
+            return f"a >({body})"
+        if k == 6:
+            return f"a <<EOF\n$({body})\nEOF\n"
+        if k == 7:
+            return "a <<EOF\n`" + body.replace("`", "") + "`\nEOF\n"
+        if k == 8:
+            return f'a "${{v:-$({body})}}"'
+        if k == 9:
+            return f"a $(b $({body}))"
+        if k == 10:
+            return f"b; a $({body}) {self.word(1)}"
+        return f"a $({body})$({self.sub_script(1)})"
+
+    def case(self, templates: bool = False) -> str:
+        text = self.template() if templates else self.script()
         r = self.r
         for _ in range(r.choice((0, 0, 1, 1, 2, 3))):
             at = r.randint(0, len(text))
@@ -250,34 +356,111 @@ watch() {
 n=0
 while IFS= read -r -d '' case; do
     CASE_N=$n
+    printf 'x\n' > f.txt; printf 'x\n' > foo; : > .sep
     ( ulimit -t 2; set -T; trap watch DEBUG; eval "$case" ) </dev/null >/dev/null 2>&1
     n=$((n+1))
 done < "$FUZZ_CASES"
 """.replace("WATCHED", _WATCHED_BUILTINS.replace(".", "\\."))
 
+# The files bash may read in the cases' directory (restored before every case: a read(2)
+# of an empty file returns nothing and raises no IN_ACCESS), and the harness's
+# separator: the Nth close after a write of .sep starts case N.
+READABLE = ("f.txt", "foo")
+_SEPARATOR = b".sep"
+_IN_ACCESS, _IN_CLOSE_WRITE, _IN_Q_OVERFLOW = 0x1, 0x8, 0x4000
+_EVENT = struct.Struct("iIII")
+
+
+class ReadWatch:
+    """inotify on the directory the cases run in: which case read which file there.
+
+    Events of one watch arrive in order, so a read belongs to the case whose separator
+    came last. Drained by a thread while bash runs (the kernel's queue is bounded)."""
+
+    def __init__(self, directory: Path) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if self.fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        if libc.inotify_add_watch(self.fd, os.fsencode(directory),
+                                  _IN_ACCESS | _IN_CLOSE_WRITE) < 0:
+            os.close(self.fd)
+            raise OSError(ctypes.get_errno(), f"inotify_add_watch {directory}")
+        self.case = -1
+        self.reads: dict[int, set[str]] = {}
+        self.overflow = False
+        self._pending = b""
+
+    def drain(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                return
+            data = self._pending + chunk
+            at = 0
+            while at + _EVENT.size <= len(data):
+                _, mask, _, length = _EVENT.unpack_from(data, at)
+                if at + _EVENT.size + length > len(data):
+                    break
+                name = data[at + _EVENT.size:at + _EVENT.size + length].rstrip(b"\0")
+                at += _EVENT.size + length
+                if mask & _IN_Q_OVERFLOW:
+                    self.overflow = True
+                elif name == _SEPARATOR:
+                    if mask & _IN_CLOSE_WRITE:
+                        self.case += 1
+                elif mask & _IN_ACCESS and name and self.case >= 0:
+                    self.reads.setdefault(self.case, set()).add(
+                        f"<read {name.decode('utf-8', 'replace')}>")
+            self._pending = data[at:]
+
+    def close(self) -> None:
+        os.close(self.fd)
+
 
 def run_bash(cases: list[str], workdir: Path) -> dict[int, set[str]]:
-    """Run each case in its own subshell; what programs each one started."""
+    """Run each case in its own subshell; what programs each one started, and
+    ``<read NAME>`` for each file of its directory bash read."""
     cases_file = workdir / "cases"
     log = workdir / "log"
+    here = workdir / "cwd"
+    here.mkdir(exist_ok=True)
     cases_file.write_bytes(b"".join(c.encode() + b"\0" for c in cases))
     log.write_bytes(b"")
     env = {"PATH": "/nonexistent", "FUZZ_LOG": str(log), "FUZZ_CASES": str(cases_file),
-           "LANG": "C.UTF-8", "HOME": str(workdir)}
-    subprocess.run(["/bin/bash", "--norc", "--noprofile", "-c", _HARNESS], cwd=workdir, env=env,
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   timeout=60 + 3 * len(cases), check=False)
+           "LANG": "C.UTF-8", "HOME": str(here)}
+    watch = ReadWatch(here)
+    try:
+        proc = subprocess.Popen(["/bin/bash", "--norc", "--noprofile", "-c", _HARNESS],
+                                cwd=here, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60 + 3 * len(cases)
+        while proc.poll() is None:
+            select.select([watch.fd], [], [], 0.05)
+            watch.drain()
+            if time.monotonic() > deadline:
+                proc.kill()
+        proc.wait()
+        watch.drain()
+    finally:
+        watch.close()
+    if watch.overflow:
+        raise RuntimeError("the inotify queue overflowed: run smaller batches (--batch)")
     ran: dict[int, set[str]] = {}
     for line in log.read_bytes().decode("utf-8", "replace").splitlines():
         idx, _, name = line.partition("\t")
         if idx.isdigit():
             ran.setdefault(int(idx), set()).add(name)
+    for idx, reads in watch.reads.items():
+        ran.setdefault(idx, set()).update(reads)
     return ran
 
 
-def fuzz_chunk(args: tuple[int, int, int]) -> tuple[int, int, int, list[tuple[str, str, str]]]:
+def fuzz_chunk(args: tuple[int, int, int, bool]
+               ) -> tuple[int, int, int, list[tuple[str, str, str]]]:
     """Generate and check ``count`` cases from ``seed``; run the allowed ones."""
-    seed, count, batch = args
+    seed, count, batch, templates = args
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from sandbox import BashToolPolicy
 
@@ -289,15 +472,18 @@ def fuzz_chunk(args: tuple[int, int, int]) -> tuple[int, int, int, list[tuple[st
     # A case may leave a background job writing there: cleanup is best effort.
     with tempfile.TemporaryDirectory(prefix="fuzz-policy-", ignore_cleanup_errors=True) as tmp:
         workdir = Path(tmp)
+        (workdir / "cwd").mkdir()
         done = 0
         while done < count:
             n = min(batch, count - done)
             pending: list[tuple[str, set[str]]] = []
             for _ in range(n):
-                text = grammar.case()
+                text = grammar.case(templates)
                 decision = policy.check(text)
                 if decision.allowed:
                     reported = {argv[0] for argv in decision.commands if argv}
+                    if "cat" in reported:  # bash's $(< f) is reported as cat f
+                        reported |= {f"<read {name}>" for name in READABLE}
                     pending.append((text, reported))
             done += n
             allowed_total += len(pending)
@@ -308,8 +494,8 @@ def fuzz_chunk(args: tuple[int, int, int]) -> tuple[int, int, int, list[tuple[st
                     if hidden:
                         divergences.append((text, ", ".join(sorted(reported)),
                                             ", ".join(sorted(hidden))))
-            for stray in workdir.iterdir():
-                if stray.name not in ("cases", "log"):
+            for stray in [*workdir.iterdir(), *(workdir / "cwd").iterdir()]:
+                if stray.name not in ("cases", "log", "cwd"):
                     subprocess.run(["rm", "-rf", "--", str(stray)], check=False)
     return seed, count, allowed_total, divergences
 
@@ -330,11 +516,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--chunk", type=int, default=5000, help="cases per worker task")
     parser.add_argument("--batch", type=int, default=500, help="allowed cases per bash run")
+    parser.add_argument("--templates", action="store_true",
+                        help="generate only substitution bodies in substitution contexts")
     args = parser.parse_args(argv)
     start = time.monotonic()
     total = allowed = 0
     divergences: list[tuple[str, str, str]] = []
-    tasks = [(s, n, args.batch) for s, n in chunks(args.cases, args.seed, args.chunk)]
+    tasks = [(s, n, args.batch, args.templates)
+             for s, n in chunks(args.cases, args.seed, args.chunk)]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for _, count, ok, found in pool.map(fuzz_chunk, tasks):
             total += count
@@ -345,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{time.monotonic() - start:.0f} s", flush=True)
     elapsed = time.monotonic() - start
     print(f"cases: {total}  allowed and run by bash: {allowed}  divergences: {len(divergences)}  "
-          f"seed: {args.seed}  time: {elapsed:.1f} s  ({total / elapsed:.0f} cases/s)")
+          f"seed: {args.seed}{'  (templates)' if args.templates else ''}  time: {elapsed:.1f} s  ({total / elapsed:.0f} cases/s)")
     for text, reported, hidden in divergences[:50]:
         print(f"DIVERGENCE {text!r}\n   check reported: {reported or '-'}\n   bash also ran: {hidden}")
     return 1 if divergences else 0

@@ -36,8 +36,8 @@ def review(request: ConfirmationRequest) -> Decision:
         return Decision.deny("orders is frozen during the release", decided_by="alice")
     if table.startswith("tmp_"):
         return Decision.approve(decided_by="alice")
-    # Approve something narrower than what was asked: the edit is re-validated and
-    # re-gated before it runs.
+    # Approve something narrower than what was asked: the edit approves the edited call,
+    # which is re-validated and re-checked against hard refusals, then runs once.
     return Decision.edit({"table": table, "dry_run": True}, decided_by="alice")
 
 

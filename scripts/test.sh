@@ -7,7 +7,7 @@
 # throwaway cluster of the real server).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-EXTRAS="dev,web,adk,mcp,postgres" APT_PACKAGES="strace chromium tmux tree ripgrep file gawk postgresql" bash scripts/bootstrap.sh
+EXTRAS="dev,web,adk,mcp,postgres,pydantic-ai,openai-agents,langgraph" APT_PACKAGES="strace chromium tmux tree ripgrep file gawk postgresql" bash scripts/bootstrap.sh
 set +e
 .venv/bin/python -m pytest -p no:cacheprovider "$@"
 status=$?

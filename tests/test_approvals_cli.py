@@ -95,9 +95,10 @@ def test_deny_and_edit(setup: Any) -> None:
     assert cli("edit", edited, "--command", "ls dist", store=store).returncode == 0
     results = anyio.run(runner.apply_answers)
     assert results[denied]["reason"] == "use make clean"
-    # The edit is a new call for the gate: it needs confirmation again.
-    assert results[edited]["status"] == "awaiting_confirmation"
-    assert ran == []
+    # The human who edited approved the edited call: it runs once, not asked again.
+    assert results[edited] == {"ran": "ls dist"}
+    assert ran == ["ls dist"]
+    assert ApprovalStore(store).pending() == []
 
 
 def test_always_with_a_prefix_then_list_and_revoke_rules(setup: Any) -> None:

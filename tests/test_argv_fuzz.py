@@ -57,3 +57,30 @@ def test_no_argument_divergence_on_a_fixed_budget() -> None:
     assert proc.returncode == 0, proc.stdout[-3000:]
     allowed = int(summary[-1].split("allowed=")[1].split()[0])
     assert allowed > 1500, "the grammar must produce commands the policy allows"
+
+
+def test_the_runner_family_sees_a_program_that_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Programs that run programs: the recorder must see a planted route or an option
+    start a stub, or a green run means nothing."""
+    fuzz = _fuzzer()
+    runners = fuzz.RunnerOracle()
+    try:
+        # an option that loads a plugin starts the stub (check makes a human confirm it)
+        assert ["x", "plug"] in runners.run("python-dev", "pytest -q -p plug test_a.py")
+        assert fuzz.runner_reported(runners.policies["python-dev"], "pytest -p plug") is None
+        assert fuzz.runner_reported(runners.policies["python-dev"], "pytest -q") is not None
+        # with the git guard, the planted repository runs nothing
+        for command in ("git log -p -1", "git diff", "git status"):
+            assert runners.run("git-readonly", command) == [], command
+        assert runners.run("python-dev", "cd vendor/lib.git && git log -p") == []
+        # without it, the repository's routes do start the stub
+        monkeypatch.setattr(fuzz, "guarded_env", dict)
+        assert runners.run("git-readonly", "git log -p -1")
+        assert runners.run("python-dev", "git diff")
+    finally:
+        runners.close()
+    rng = fuzz.random.Random(5)
+    generated = [fuzz.runner_case(rng)[1] for _ in range(400)]
+    for needle in ("--tx", "-p", "--ext-diff", "--textconv", "vendor/lib.git", "file -z",
+                   "--show-signature"):
+        assert any(needle in c for c in generated), needle

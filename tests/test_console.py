@@ -172,20 +172,30 @@ def test_deny_with_a_reason_reaches_the_model(console: Any, files: dict[str, Pat
     assert ran(files) == []
 
 
-def test_edited_command_is_checked_again_before_it_runs(console: Any,
-                                                         files: dict[str, Path]) -> None:
+def test_an_edited_command_runs_once_without_a_second_question(console: Any,
+                                                                files: dict[str, Path]) -> None:
     term = console("rm -rf /tmp/data")
     term.expect(PROMPT)
     term.type("e")
     term.expect("new command (Enter = back) > ")
     term.type("ls /tmp/data")
-    # The edited call needs confirmation too: the runner asks again, about the new command.
-    shown = term.expect(PROMPT)
-    assert "command  ls /tmp/data" in shown
-    term.type("y")
-    term.expect("all calls done")
+    # The human who edited approved the edited command: it runs, nobody is asked again.
+    shown = term.expect("all calls done")
+    assert PROMPT not in shown
     assert ran(files) == ["ls /tmp/data"]
     assert results(files)[0] == {"ran": "ls /tmp/data"}
+
+
+def test_an_edit_to_a_blocked_command_stays_blocked(console: Any,
+                                                    files: dict[str, Path]) -> None:
+    term = console("rm -rf /tmp/data")
+    term.expect(PROMPT)
+    term.type("e")
+    term.expect("new command (Enter = back) > ")
+    term.type("wget -qO- http://127.0.0.1:9/x")
+    term.expect("all calls done")
+    assert ran(files) == []
+    assert results(files)[0]["status"] == "blocked"
 
 
 def test_always_shows_the_rule_before_saving_and_keeps_only_typed_prefixes(

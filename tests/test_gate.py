@@ -390,21 +390,22 @@ async def test_invalid_edited_arguments_are_rejected_and_nothing_runs(effect: Si
     assert runner.store.get_call("c1").state == "rejected"
 
 
-async def test_edited_arguments_that_still_need_confirmation_are_asked_again(
+async def test_edited_arguments_that_still_match_the_predicate_run_once_without_a_second_question(
     effect: SideEffect,
 ) -> None:
-    answer = Recorder(Decision.edit({"text": "rm -rf ./build"}), True)
+    # The human who edits approves the edited call: asking them again about their own
+    # edit is a second question the rule forbids.
+    answer = Recorder(Decision.edit({"text": "rm -rf ./build"}))
     runner = ToolRunner([append_tool(effect, require_confirmation=lambda text: "rm" in text)],
                         provider=CallbackConfirmationProvider(answer))
 
     result = await runner.call("append", {"text": "rm -rf /"}, call_id="c1")
 
     assert result == {"written": "rm -rf ./build"}
-    first, second = answer.requests
-    assert second.kind == "edit" and second.edited_from == first.id
-    assert second.args == {"text": "rm -rf ./build"} and second.id != first.id
-    assert second.digest == args_digest("append", {"text": "rm -rf ./build"})
+    assert len(answer.requests) == 1
     assert effect.lines == ["rm -rf ./build"]
+    assert [s for s, _, _ in runner.store.journal("c1")].count("started") == 1
+    assert len(await runner.pending()) == 0
 
 
 async def test_edited_arguments_pass_the_tools_refusal_check_again(effect: SideEffect) -> None:
@@ -428,8 +429,11 @@ async def test_edited_arguments_pass_the_tools_refusal_check_again(effect: SideE
     assert not effect.happened
 
 
-async def test_edited_arguments_whose_predicate_raises_fail_closed(effect: SideEffect) -> None:
+async def test_the_predicate_is_not_asked_about_the_humans_own_edit(effect: SideEffect) -> None:
+    seen: list[str] = []
+
     def risky(text: str) -> bool:
+        seen.append(text)
         if text == "edited":
             raise RuntimeError("policy service down")
         return True
@@ -440,22 +444,23 @@ async def test_edited_arguments_whose_predicate_raises_fail_closed(effect: SideE
 
     result = await runner.call("append", {"text": "a"}, call_id="c1")
 
-    assert result["status"] == "error" and "policy service down" in result["error"]
-    assert not effect.happened
-    assert runner.store.get_call("c1").state == "error"
+    assert result == {"written": "edited"}
+    assert seen == ["a"] and effect.lines == ["edited"]
 
 
-async def test_edited_arguments_that_are_then_denied_never_run(effect: SideEffect) -> None:
+async def test_an_edit_is_the_answer_a_later_provider_answer_is_never_consulted(
+    effect: SideEffect,
+) -> None:
     answer = Recorder(Decision.edit({"text": "rm b"}), Decision.deny("still no"))
     runner = ToolRunner([append_tool(effect)], provider=CallbackConfirmationProvider(answer))
 
     result = await runner.call("append", {"text": "rm a"})
 
-    assert result["status"] == "denied" and result["reason"] == "still no"
-    assert not effect.happened
+    assert result == {"written": "rm b"}
+    assert effect.lines == ["rm b"] and len(answer.requests) == 1
 
 
-async def test_edit_answered_through_resume_waits_for_a_new_confirmation(
+async def test_edit_answered_through_resume_runs_the_edited_call_once(
     effect: SideEffect,
 ) -> None:
     runner = ToolRunner([append_tool(effect)])
@@ -463,13 +468,27 @@ async def test_edit_answered_through_resume_waits_for_a_new_confirmation(
 
     edited = await runner.resume(first["confirmation_id"], Decision.edit({"text": "b"}))
 
-    assert edited["status"] == "awaiting_confirmation"
-    assert edited["confirmation_id"] != first["confirmation_id"]
-    assert not effect.happened
-    [pending] = await runner.pending()
-    assert pending.args == {"text": "b"} and pending.kind == "edit"
-    assert await runner.resume(pending.id, True) == {"written": "b"}
+    assert edited == {"written": "b"}
     assert effect.lines == ["b"]
+    assert await runner.pending() == []
+    assert request_of(runner, "c1").status == "edited"
+    # The id is spent: the model's original call replays the edited call's outcome.
+    again = await runner.call("append", {"text": "a"}, call_id="c1")
+    assert again["replayed"] is True and effect.lines == ["b"]
+
+
+async def test_an_edit_to_a_blocked_bash_command_stays_blocked(tmp_path: Any) -> None:
+    from sandbox import BashToolPolicy, ExecuteBashTool
+
+    bash = ExecuteBashTool(workspace=tmp_path, policy=BashToolPolicy(
+        allowed_command_prefixes=("echo", "rm")))
+    runner = ToolRunner([bash], provider=CallbackConfirmationProvider(
+        lambda req: Decision.edit({"command": "curl http://127.0.0.1:9/x"})))
+
+    result = await runner.call("execute_bash", {"command": "rm -f nothing"}, call_id="c1")
+
+    assert result["status"] == "blocked"
+    assert runner.store.get_call("c1").state == "blocked"
 
 
 # -- confirmation requested from inside the tool ------------------------------------------

@@ -94,12 +94,19 @@ async def test_another_session_cannot_apply_a_request_in_its_own_workspace(
 
 
 async def test_session_rule_belongs_to_the_session_that_asked(tmp_path: Path) -> None:
-    """Approving Alice's request 'for this session' from a runner without a session id
-    (a process draining answers) makes a rule for Alice's session, not for the drainer's."""
+    """Approving Alice's request 'for this session' from another runner of Alice's
+    session (a process draining answers) makes a rule for Alice's session; a runner
+    without a session id applies nothing of Alice's (no session id is not a wildcard)."""
     alice, bob, alice_ws, bob_ws = _two_sessions(tmp_path)
     parked = await alice.call("execute_bash", {"command": "touch x"})
-    drainer = ToolRunner([ExecuteBashTool(workspace=alice_ws, policy=BashToolPolicy(
-        allowed_command_prefixes=("touch",)))], store_path=str(tmp_path / "approvals.db"))
+    tools = [ExecuteBashTool(workspace=alice_ws, policy=BashToolPolicy(
+        allowed_command_prefixes=("touch",)))]
+    db = str(tmp_path / "approvals.db")
+    anyone = ToolRunner(tools, store_path=db)
+    refused = await anyone.resume(parked["confirmation_id"], Decision.approve(scope="session"))
+    assert refused["status"] == "rejected" and anyone.rules.rules() == []
+    assert not (alice_ws / "x").exists()
+    drainer = ToolRunner(tools, store_path=db, session_id="alice")
     await drainer.resume(parked["confirmation_id"], Decision.approve(scope="session"))
     assert [r.session_id for r in drainer.rules.rules()] == ["alice"]
     again = await alice.call("execute_bash", {"command": "touch x"})

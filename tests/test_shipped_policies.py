@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import BashToolPolicy
+from sandbox.bash.gitguard import guarded_env
 from sandbox.bash.specs import ProgramSpec
 from sandbox.policies import resolve
 
@@ -65,6 +66,8 @@ def _commands(policy: BashToolPolicy) -> Iterator[str]:
         operands = OPERANDS.get(prefix, default)
         yield " ".join([prefix, *map(shlex.quote, operands)])
         for option, kind in spec.options.items():
+            if option in spec.program_options:
+                continue  # runs a program: refused by read-only policies (tested apart)
             if option == "-NUM":
                 option, kind = "-2", "none"
             if option in ("(", ")", "!"):
@@ -160,7 +163,9 @@ def test_the_git_readonly_environment_keeps_status_from_writing_the_index() -> N
 def test_a_planted_repository_config_runs_no_program_under_git_readonly(tmp_path: Path) -> None:
     """A repository's .git/config names programs git would run on a read (fsmonitor
     on status, the pager, an external diff, the signature program on
-    --show-signature): the policy's environment overrides each of them."""
+    --show-signature): the policy's environment and the git guard first on every
+    command's PATH (sandbox/bash/gitguard.py; tests/test_git_guard.py plants every
+    route) override each of them."""
     policy = BashToolPolicy.from_toml(resolve("git-readonly"))
     ws = _workspace(tmp_path, git=True)
     marker = tmp_path / "planted-ran"
@@ -182,16 +187,19 @@ def test_a_planted_repository_config_runs_no_program_under_git_readonly(tmp_path
         subprocess.run(["git", "config", key, str(plant)], cwd=ws, env=git_env, check=True)
     subprocess.run(["git", "config", "core.hooksPath", str(tmp_path)], cwd=ws, env=git_env,
                    check=True)
-    env = {**policy.env, "HOME": str(tmp_path / "home")}
-    for command in ("git status", "git diff HEAD~1", "git log --show-signature -1",
-                    "git show --show-signature", "git log -p -1"):
+    env = guarded_env({**policy.env, "HOME": str(tmp_path / "home")})
+    # --show-signature runs gpg: a program the command line starts, refused here
+    for command in ("git log --show-signature -1", "git show --show-signature"):
+        assert not policy.check(command).allowed, command
+    for command in ("git status", "git diff HEAD~1", "git log -1", "git show",
+                    "git log -p -1"):
         assert policy.check(command).allowed, command
         subprocess.run(["bash", "--norc", "--noprofile", "-c", command], cwd=ws, env=env,
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=20, check=False)
         assert not marker.exists(), (command, marker.read_text())
-    # the same commands without the policy's environment do run the planted program:
-    # the test would see an override that stopped working
+    # the same repository without the policy's environment does run the planted
+    # program: the test would see an override that stopped working
     subprocess.run(["git", "log", "--show-signature", "-1"], cwd=ws, env=git_env,
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, timeout=20, check=False)

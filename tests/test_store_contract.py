@@ -236,3 +236,63 @@ def test_sandbox_audit_verify_with_store_reports_the_cut(tmp_path: Path,
 
     assert code == 0 and "cannot be detected" in plain["note"]
     assert code_anchored == 1 and "truncated" in anchored["problem"] and anchored["anchored"]
+
+
+# -- an answer is applied only in the session it was asked in ------------------------------
+# No session id is a session of its own, never a wildcard: a runner without one once took
+# another session's approved request through apply_answers() and resume() and ran it in its
+# own workspace (issue 16). SECURITY.md promises this on every store.
+
+
+def effects_tool(effects: list[str]) -> FunctionTool:
+    def touch(name: str) -> dict[str, Any]:
+        effects.append(name)
+        return {"touched": name}
+
+    return FunctionTool(touch, require_confirmation=True)
+
+
+SESSIONS = [("s-a", None), (None, "s-b"), ("s-a", "s-b")]
+
+
+@pytest.mark.parametrize(("asked_in", "applied_in"), SESSIONS)
+async def test_an_answer_is_applied_only_in_the_session_it_was_asked_in(
+        make: Make, asked_in: str | None, applied_in: str | None) -> None:
+    store = make()
+    asked: list[str] = []
+    other: list[str] = []
+    asker = ToolRunner([effects_tool(asked)], store=store, session_id=asked_in)
+    stranger = ToolRunner([effects_tool(other)], store=store, session_id=applied_in)
+    parked = await asker.call("touch", {"name": "x"}, call_id="c-1")
+    rid = parked["confirmation_id"]
+    store.submit_answer(rid, {"outcome": "approve"}, decided_by="op", channel="test")
+
+    assert await stranger.apply_answers() == {}
+    refused = await stranger.resume(rid)
+    assert refused["status"] == "rejected", refused
+    assert "nothing was run" in refused["error"]
+    refused = await stranger.resume(rid, True)
+    assert refused["status"] == "rejected", refused
+    assert other == [] and asked == []
+    assert store.get_request(rid).status == "pending"  # still the asker's to apply
+    assert [r.id for r in await stranger.pending()] == []  # what it may resume: none
+    assert [r.id for r in await asker.pending()] == [rid]
+
+    applied = await asker.apply_answers()
+    assert applied == {rid: {"touched": "x"}}
+    assert asked == ["x"] and other == []
+
+
+async def test_runners_without_a_session_id_apply_each_others_answers(make: Make) -> None:
+    """The one shape without sessions (a queue drained after a restart) keeps working:
+    no session id matches no session id."""
+    store = make()
+    effects: list[str] = []
+    first = ToolRunner([effects_tool(effects)], store=store)
+    parked = await first.call("touch", {"name": "y"}, call_id="c-2")
+    store.submit_answer(parked["confirmation_id"], {"outcome": "approve"})
+    later = ToolRunner([effects_tool(effects)], store=store)
+
+    assert [r.id for r in await later.pending()] == [parked["confirmation_id"]]
+    assert await later.apply_answers() == {parked["confirmation_id"]: {"touched": "y"}}
+    assert effects == ["y"]

@@ -282,7 +282,7 @@ def test_edit_on_the_page_runs_the_edited_command_after_rechecking_it(
     assert ran(effect) == ["ls build"]
 
 
-def test_an_edit_that_still_needs_approval_is_asked_again(
+def test_an_edit_is_the_approval_of_the_edited_command_never_a_second_question(
         wide_page: Any, served: Served, tmp_path: Path, store_path: Path) -> None:
     page = wide_page
     effect = tmp_path / "effect.txt"
@@ -290,13 +290,15 @@ def test_an_edit_that_still_needs_approval_is_asked_again(
     page.goto(served.url)
     c = card(page, "rm -rf build")
     c.get_by_role("button", name="Edit…").click()
-    c.locator("textarea.editor").fill("rm -rf /")
+    c.locator("textarea.editor").fill("rm -rf build/tmp")
     c.get_by_role("button", name="Run the edited command").click()
     wait_note(c, "Answered: edit")
     (result,) = apply(runner)
-    assert result["status"] == "awaiting_confirmation"  # the predicate fired again
-    assert ran(effect) == []
-    card(page, "rm -rf /")  # the new request shows up live
+    # The predicate would ask about "rm -rf build/tmp", but the human who wrote it is the
+    # answer: it runs once, and no new card appears.
+    assert result == {"ran": "rm -rf build/tmp"}
+    assert ran(effect) == ["rm -rf build/tmp"]
+    assert ApprovalStore(store_path).pending() == []
 
 
 def test_always_approve_saves_only_the_prefix_the_human_picked(

@@ -5,9 +5,10 @@ policy decision, every control character escaped and in reverse video — a carr
 return in a command cannot redraw the line into something harmless-looking. Choices:
 approve once, approve for this session, always approve (for a command: the parsed
 commands, shown before anything is saved, each one narrowed to a prefix of its words
-only if the human types that prefix), deny with a reason, edit the arguments. The
-runner re-checks edited arguments through the tool's policy and predicates before
-anything runs.
+only if the human types that prefix), deny with a reason, edit the arguments. An
+edit approves the edited call: the runner validates it and checks the policy's hard
+refusals again (a blocked command stays blocked), then runs it once without asking
+again.
 
 It talks to ``/dev/tty`` by default, so it works while stdin/stdout are pipes, and fails
 closed with a clear message when there is no terminal. Reads happen in a worker thread

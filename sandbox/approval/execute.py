@@ -9,6 +9,7 @@ record: a call is never started twice.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,24 @@ class AskedInside:
 
     hint: str
     payload: Any
+
+
+class RunCapture:
+    """What one `ToolRunner` call did, for an adapter that must show a framework exactly
+    what the tool returned (not the contract's dict: a non-dict return value is wrapped
+    there as ``{"result": ...}``, and a replay is marked ``"replayed"``). Set it with
+    `CAPTURE` around the call (`sandbox.integrations.common.run_call` does)."""
+
+    __slots__ = ("ran", "replayed", "state", "value")
+
+    def __init__(self) -> None:
+        self.ran = False  # the tool ran in this call; ``value`` is its own return value
+        self.value: Any = None
+        self.replayed = False  # answered from the record of an earlier call
+        self.state: str | None = None  # the recorded state a replay answered from
+
+
+CAPTURE: ContextVar[RunCapture | None] = ContextVar("sandbox_run_capture", default=None)
 
 
 class Execution:
@@ -56,6 +75,9 @@ class Execution:
         requested = ctx.take_confirmation_request()
         if requested is not None:
             return AskedInside(requested.hint, requested.payload)
+        capture = CAPTURE.get()
+        if capture is not None:
+            capture.ran, capture.value = True, result
         if not isinstance(result, dict):
             result = {"result": result}
         await t.finish(call, result)
@@ -63,6 +85,13 @@ class Execution:
 
     async def replay(self, rec: CallRecord, call: Call) -> dict[str, Any]:
         """The recorded outcome of a call id used before (never a second run)."""
+        if rec.session_id != call.session_id:
+            # Another session's call: its outcome is that session's to read, and this
+            # call is not run under an id that is spent (ids may repeat across sessions
+            # when a model or a test model makes them up).
+            raise DuplicateCallError(
+                f"call id {rec.call_id!r} was already used in another session; nothing was "
+                "run. Every new call needs a new call id")
         if rec.tool != call.name or rec.digest != call.digest:
             raise DuplicateCallError(
                 f"call id {rec.call_id!r} was already used for {rec.tool} with other "
@@ -84,6 +113,9 @@ class Execution:
                 "outcome; it will not be run again. Check its effects, then make a new call "
                 "with a new call id if it is still needed"), rec.call_id).to_dict()
         if isinstance(rec.result, dict):
+            capture = CAPTURE.get()
+            if capture is not None:
+                capture.replayed, capture.state = True, rec.state
             return {**rec.result, "replayed": True}
         return NotRun(Status.RUNNING, f"call {rec.call_id} is already {rec.state}; it will "
                       "not be started twice", rec.call_id).to_dict()

@@ -46,8 +46,10 @@ Verdict = Proceed | Ask | Stop
 PROCEED = Proceed()
 
 
-async def check(tool: BaseTool, args: dict[str, Any], ctx: ToolContext) -> Verdict:
-    """Precheck, then the predicate, for these (validated) arguments."""
+async def refusal(tool: BaseTool, args: dict[str, Any]) -> Stop | None:
+    """The tool's hard refusal of these (validated) arguments (a blocked bash command),
+    or None. No human's approval overrides it: an approved or edited call is refused
+    here too."""
     try:
         blocked = await tool.precheck(args)
     except Exception as exc:  # a broken check must not let the call through
@@ -57,6 +59,14 @@ async def check(tool: BaseTool, args: dict[str, Any], ctx: ToolContext) -> Verdi
                      " the tool was not run"}, "tool.failed")
     if blocked is not None:
         return Stop("blocked", {"status": "blocked", **blocked}, "tool.blocked")
+    return None
+
+
+async def check(tool: BaseTool, args: dict[str, Any], ctx: ToolContext) -> Verdict:
+    """Precheck, then the predicate, for these (validated) arguments."""
+    stopped = await refusal(tool, args)
+    if stopped is not None:
+        return stopped
     try:
         hint = await tool.confirmation_hint(args, ctx)
     except Exception as exc:

@@ -6,11 +6,12 @@
   decision was refused because another channel had answered first);
 - `Run`: approved; run ``call`` with ``confirmation`` (``claimed``: the grant was claimed
   in the same store step as the approval, so nobody else can run it in between);
-- `AskAgain`: a human edited the arguments and the edited call needs its own approval.
-
-An approval is a single-use grant for the call id and the exact digest approved; an
-edit is a new call as far as policy goes (precheck and predicate again) and is granted
-for the edited digest only. Saving "remember" rules happens between approving and
+An approval is a single-use grant for the call id and the exact digest approved. An
+edit is the human approving the edited call: the edited arguments are validated against
+the tool's schema and pass its hard refusals again (a blocked bash command stays
+blocked), and the edited call is then granted for its own digest and run once, without
+a second question (the one rule on every channel: web, CLI, console, ADK, MCP, the
+framework adapters). Saving "remember" rules happens between approving and
 claiming, so that journal still reads approved → started.
 """
 
@@ -43,15 +44,7 @@ class Run:
     claimed: bool
 
 
-@dataclass(slots=True)
-class AskAgain:
-    call: Call
-    hint: str
-    payload: Any
-    edited_from: str
-
-
-Next = Ended | Run | AskAgain
+Next = Ended | Run
 
 
 class Grants:
@@ -96,12 +89,11 @@ class Grants:
                 Status.REJECTED, f"The edited arguments are invalid: {message}. The tool "
                 "was not run.").to_dict(), "tool.rejected"))
         edited = call.edited(new_args, text, digest_of(tool.name, text))
-        # Edited arguments are a new call as far as policy goes.
-        verdict = await gate.check(tool, new_args, ctx)
-        if isinstance(verdict, gate.Stop):
-            return Ended(await t.end(edited, verdict.state, verdict.result, verdict.event))
-        if isinstance(verdict, gate.Ask):
-            return AskAgain(edited, verdict.hint, req.payload, req.id)
+        # The human approved the edited call: its confirmation predicate is not asked
+        # again (that human is the answer), but no approval overrides a hard refusal.
+        stopped = await gate.refusal(tool, new_args)
+        if stopped is not None:
+            return Ended(await t.end(edited, stopped.state, stopped.result, stopped.event))
         await t.grant(edited)
         return Run(edited, approval(req.hint, answer.payload), False)
 

@@ -195,8 +195,11 @@ class RuleBook:
 
     def match(self, tool: str, args: dict[str, Any], *,
               subjects: Sequence[Sequence[str]] | None,
-              session_id: str | None) -> list[Rule] | None:
+              session_id: str | None, record: bool = True) -> list[Rule] | None:
         """The active rules that together approve this call, or None.
+
+        ``record=False`` only looks (`ToolRunner.would_ask`): the rules' use is not
+        counted.
 
         Commands: every parsed simple command must be covered by some rule (an empty
         parse is never covered). Other tools: a rule for these exact arguments, or a
@@ -223,7 +226,8 @@ class RuleBook:
             if rule is None:
                 return None
             used.append(rule)
-        self.store.mark_rules_used([rule.id for rule in used], now)
+        if record:
+            self.store.mark_rules_used([rule.id for rule in used], now)
         return used
 
     # -- seeing and revoking -------------------------------------------------------------

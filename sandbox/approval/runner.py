@@ -18,6 +18,8 @@ and become the contract's dicts at this boundary. A tool may also ask from insid
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -28,22 +30,26 @@ from ..audit import AuditLog, Redactor, redact_secrets
 from ..errors import (
     ConfigurationError,
     ConfirmationStateError,
+    UnknownCallError,
+    UnknownConfirmationError,
     UnknownToolError,
 )
-from ..tools.base import BaseTool, ToolArgumentError
+from ..tools.base import BaseTool, ToolArgumentError, confirmation_hint_text
 from ..tools.context import OUTER_CALL, ToolConfirmation, ToolContext
 from . import gate
 from .call import Call, Request, expired, new_call_id
 from .consult import Failure, consult
 from .execute import AskedInside, Execution
-from .grants import AskAgain, Ended, Grants, Next
+from .grants import Ended, Grants, Next
 from .models import ConfirmationRequest, Decision, canonical_json, digest_of
+from .network import NETWORK_TOOL, NetworkAccessTool
 from .plan import Plan, plan
 from .providers import ConfirmationProvider, fixed_answer, parse_answer
 from .results import Awaiting, NotRun, Status
 from .rules import RuleBook
 from .store import ApprovalStore, CallRecord, new_id, open_store
 from .transitions import Judged, Park, Transitions
+from .verdict import CallVerdict
 
 #: Longest call id accepted (ADK's and OpenAI's ids are a few dozen characters).
 MAX_CALL_ID = 256
@@ -78,8 +84,12 @@ class ToolRunner:
         session_id: str | None = None,
         rules: RuleBook | None = None,
         max_args_bytes: int = 1 << 20,
+        _siblings: dict[str | None, ToolRunner] | None = None,
     ) -> None:
         self._tools: dict[str, BaseTool] = {}
+        # The runners of other sessions made by `for_session`, shared by all of them.
+        self._siblings: dict[str | None, ToolRunner] = (
+            {} if _siblings is None else _siblings)
         if isinstance(tools, BaseTool) or callable(tools) or isinstance(tools, (str, bytes)):
             raise ConfigurationError(
                 f"ToolRunner(tools=...) takes a list of tools, got one "
@@ -142,6 +152,7 @@ class ToolRunner:
         self._grants = Grants(self._transitions, channel=getattr(provider, "name", None),
                               rule_session=self.rule_session)
         self._execution = Execution(self._transitions)
+        self._network_tool: NetworkAccessTool | None = None
         if self.store.blocking:  # a store shared with other processes: report their dead
             self._transitions.report_in_doubt(self.store.in_doubt())
 
@@ -160,7 +171,10 @@ class ToolRunner:
         same arguments returns the recorded outcome (``"replayed": True``) and never runs
         the tool again; with other arguments it raises `DuplicateCallError`.
         """
-        tool = self._tool(name)
+        return await self._call(self._tool(name), name, args, call_id)
+
+    async def _call(self, tool: BaseTool, name: str, args: dict[str, Any] | None,
+                    call_id: str | None) -> dict[str, Any]:  # fmt: skip
         call_id = call_id or new_call_id()
         if not isinstance(call_id, str) or not 0 < len(call_id) <= MAX_CALL_ID:
             raise ConfigurationError(
@@ -205,8 +219,11 @@ class ToolRunner:
                                round_=0, opening=True)
 
     async def pending(self) -> list[ConfirmationRequest]:
-        """Confirmation requests waiting for an answer, oldest first."""
-        return await self._transitions.step(self.store.pending)
+        """This runner's session's confirmation requests waiting for an answer, oldest
+        first: the ones it may `resume` (a runner without a session id: the requests
+        made without one). ``store.pending()`` lists every session's."""
+        waiting = await self._transitions.step(self.store.pending)
+        return [req for req in waiting if self._same_session(req)]
 
     async def resume(
         self,
@@ -249,9 +266,13 @@ class ToolRunner:
         if not self._same_session(req):
             # Another session's request was shown with that session's facts (its
             # workspace, its policy); it runs only in a runner of that session.
-            message = (f"confirmation {req.id} belongs to session {req.session_id!r}, not "
-                       f"this runner's {self.session_id!r}; nothing was run. Apply it from "
-                       "a runner of that session")
+            theirs = ("without a session id" if req.session_id is None
+                      else f"in session {req.session_id!r}")
+            mine = ("no session id" if self.session_id is None
+                    else f"session {self.session_id!r}")
+            message = (f"confirmation {req.id} was asked {theirs} and this runner has "
+                       f"{mine}; nothing was run. Apply it from a runner of the session it "
+                       "was asked in (the same session_id, or none)")
             return Judged(req, refusal=NotRun(Status.REJECTED, message, req.call_id),
                           refusal_digest=req.digest)
         text = canonical_json(req.args)
@@ -303,6 +324,269 @@ class ToolRunner:
             if req.tool in self._tools and self._same_session(req):
                 results[req.id] = await self.resume(req.id)
         return results
+
+    # -- for agent frameworks: foresee, park, answer from outside, sessions ----------------
+
+    async def would_ask(self, name: str, args: dict[str, Any] | None = None,
+                        call_id: str | None = None) -> CallVerdict:
+        """What `call` would do with this call now, without recording or running anything.
+
+        The verdict (`CallVerdict`) is ``ask`` exactly when `call` would park a question
+        for a human: the arguments are validated as `call` validates them, the tool's
+        hard refusal and its confirmation predicate are asked, and remembered rules are
+        matched (without counting a use). With ``call_id``, the id's history counts too:
+        ``pending`` (already waiting, with any answer another channel recorded),
+        ``replay`` (decided or done: `call` answers from the record), or ``refuse`` (used
+        for other arguments). Raises `UnknownToolError` for a tool this runner lacks.
+
+        This is what a framework's own approval hook asks (``needs_approval``, an
+        ``interrupt_on`` predicate): it never runs the tool, so a guardrail that rejects
+        the call afterwards still stops it.
+        """
+        tool = self._tool(name)
+        try:
+            checked, text = self._validated(tool, name, args)
+        except (ToolArgumentError, ConfigurationError) as exc:
+            return CallVerdict("refuse", reason=_message(exc), state="rejected")
+        step = self._transitions.step
+        if call_id is not None:
+            rec = await self._record(call_id)
+            if rec is not None and rec.state != "abandoned":
+                if rec.session_id != self.session_id:
+                    return CallVerdict("refuse", state="rejected", reason=(
+                        f"call id {call_id!r} was already used in another session; every "
+                        "new call needs a new call id. Nothing was run."))
+                if rec.tool != name or rec.digest != digest_of(name, text):
+                    return CallVerdict("refuse", state="rejected", reason=(
+                        f"call id {call_id!r} was already used for {rec.tool} with other "
+                        "arguments; every new call needs a new call id. Nothing was run."))
+                if rec.state == "awaiting" and rec.request_id:
+                    req = await step(self.store.get_request, rec.request_id)
+                    if req.status == "pending":
+                        recorded = await step(self.store.get_answer, req.id)
+                        return CallVerdict("pending", hint=req.hint, confirmation_id=req.id,
+                                           answer=recorded)
+                return CallVerdict("replay", state=rec.state)
+        verdict = await gate.check(tool, checked, self._context(call_id or "would-ask"))
+        if verdict is gate.PROCEED:
+            return CallVerdict("run")
+        if isinstance(verdict, gate.Stop):
+            return CallVerdict("refuse", reason=str(verdict.result.get("error") or ""),
+                               state=verdict.state)
+        assert isinstance(verdict, gate.Ask)
+        subjects = gate.rule_subjects(tool, checked)
+        rules = await step(lambda: self.rules.match(
+            name, checked, subjects=subjects, session_id=self.rule_session, record=False))
+        if rules:
+            return CallVerdict("run", rules=tuple(rule.id for rule in rules))
+        return CallVerdict("ask", hint=verdict.hint)
+
+    async def park(self, name: str, args: dict[str, Any] | None = None,
+                   call_id: str | None = None) -> dict[str, Any] | None:
+        """Record the call and park its question, if the gate would ask one, without
+        consulting the provider and without running anything.
+
+        For a framework that asks for approval in a hook before the tool runs (OpenAI
+        Agents' ``needs_approval``): the question is in the store at once, so the web
+        page, the CLI and the queue see it and may answer it. Returns the
+        ``awaiting_confirmation`` dict (also when this call id already waits), or None
+        when no human is needed or the call id is decided already: `call` then runs the
+        call, refuses it, or answers it from its record.
+        """
+        verdict = await self.would_ask(name, args, call_id)
+        if verdict.action == "pending":
+            assert verdict.confirmation_id is not None and call_id is not None
+            return Awaiting(verdict.confirmation_id, call_id, name,
+                            verdict.hint or "").to_dict()
+        if verdict.action != "ask":
+            return None
+        tool = self._tool(name)
+        checked, text = self._validated(tool, name, args)
+        call = Call(tool, call_id or new_call_id(), checked, text, digest_of(name, text),
+                    self.session_id, self.audit.enabled)
+        subjects = gate.rule_subjects(tool, checked)
+        park = Park(verdict.hint or "", None, gate.ask_kind(tool),
+                    time.time() + self.approval_ttl if self.approval_ttl else None,
+                    gate.request_details(tool, checked, subjects), None, subjects,
+                    self.rule_session)
+        t = self._transitions
+        try:
+            parked = await t.open_and_park(call, park)
+        except ConfirmationStateError as exc:  # the store's bound on pending requests
+            return await t.end(call, "error", NotRun(Status.ERROR, str(exc)).to_dict(),
+                               "tool.failed")
+        if isinstance(parked, CallRecord):  # another caller recorded this id meanwhile
+            return await self.park(name, args, call_id) if call_id else None
+        req, _rules = parked  # a rule made meanwhile: the human is asked all the same
+        return Awaiting(req.id, req.call_id, req.tool, req.hint).to_dict()
+
+    async def answer(
+        self, ref: str,
+        decision: Decision | ToolConfirmation | dict[str, Any] | bool | None = None, *,
+        args: dict[str, Any] | None = None, tool: str | None = None,
+        decided_by: str | None = None, channel: str = "framework",
+    ) -> dict[str, Any]:
+        """Answer a call from outside this runner's provider, by its call id (or its
+        confirmation id): a framework's own approval (Pydantic AI's
+        ``DeferredToolResults``, OpenAI's ``RunState.approve/reject``, a LangGraph
+        resume value) applied to the stored request.
+
+        An approval runs the call once (`resume`); ``Decision.edit(new_args)`` approves
+        the edited call (validated, hard refusals checked again, run once); a denial
+        resolves the request denied, audited, and the call id answers every later `call`
+        with that denial. ``decision=None`` applies the answer another channel recorded.
+        ``args``, when given, must be the arguments the request was made for (the
+        framework's copy of the call): other arguments are refused and nothing runs.
+
+        A call this gate never asked about runs nothing: an approval planted for it is
+        refused (``rejected``). A denial for it is recorded when ``tool`` and ``args``
+        name the call, so that nothing can run it under that id afterwards. A request
+        decided already (by the web page, a provider, an earlier answer) is not decided
+        again: an approval gets the recorded outcome (the tool never runs twice), a
+        denial gets ``rejected`` saying what was recorded.
+        """
+        given = None if decision is None else parse_answer(decision, channel=channel)
+        if given is not None and decided_by is not None and given.decided_by is None:
+            given = given.model_copy(update={"decided_by": decided_by})
+        rec, req = await self.find(ref)
+        t = self._transitions
+        if rec is not None and rec.session_id != self.session_id:
+            message = (f"call {rec.call_id} belongs to another session than this runner's "
+                       f"({self.session_id!r}); nothing was run or recorded. Answer it from a "
+                       "runner of that session")
+            await t.refused(rec.tool, rec.call_id, message, rec.digest)
+            return NotRun(Status.REJECTED, message, rec.call_id).to_dict()
+        if rec is None:
+            if given is not None and given.outcome == "deny" and tool is not None \
+                    and args is not None:
+                return await self._deny_unasked(ref, tool, args, given)
+            message = (f"no call {ref!r} was asked about through this gate (an approval for "
+                       "a call it never asked, or one from before a restart of an in-memory "
+                       "store); nothing was run")
+            await t.refused(tool or "?", ref, message)
+            return NotRun(Status.REJECTED, message, ref).to_dict()
+        if args is not None and (given is None or given.outcome != "deny"):
+            sent = _digest_as_taken(self._tool(rec.tool), args)
+            if sent != rec.digest:
+                message = (f"the arguments sent with the answer for call {rec.call_id} "
+                           "differ from the ones it was asked about; the tool was not run. "
+                           "To change them, answer with Decision.edit(args)")
+                await t.refused(rec.tool, rec.call_id, message, sent)
+                return NotRun(Status.REJECTED, message, rec.call_id).to_dict()
+        if req is not None and req.status == "pending" and rec.state == "awaiting":
+            return await self.resume(req.id, given, decided_by=decided_by, channel=channel)
+        # Decided or done already: never decided twice, never run twice.
+        if given is not None and given.outcome == "deny":
+            message = (f"call {rec.call_id} was already {rec.state} when this denial "
+                       "arrived; the denial changed nothing")
+            await t.refused(rec.tool, rec.call_id, message, rec.digest)
+            return NotRun(Status.REJECTED, message, rec.call_id).to_dict()
+        call = Call(self._tool(rec.tool), rec.call_id, rec.args, canonical_json(rec.args),
+                    rec.digest, self.session_id, self.audit.enabled)
+        return await self._execution.replay(rec, call)
+
+    async def deny(self, ref: str, reason: str = "", *, tool: str | None = None,
+                   args: dict[str, Any] | None = None, decided_by: str | None = None,
+                   channel: str = "framework") -> dict[str, Any]:
+        """Deny a call (by call id or confirmation id) with ``reason`` for the model:
+        `answer` with ``Decision.deny(reason)``. For a denial a framework made on its
+        own side (Pydantic AI's ``ToolDenied``, OpenAI's ``RunState.reject``), which
+        never reaches a tool wrapper: the stored request is resolved denied at once
+        (not left to expire), audited, and the call id never runs afterwards."""
+        return await self.answer(ref, Decision.deny(reason or "denied", channel=channel),
+                                 tool=tool, args=args, decided_by=decided_by,
+                                 channel=channel)
+
+    def for_session(self, session_id: str | None) -> ToolRunner:
+        """This runner for another session: the same tools, provider, store, audit log
+        and rules, with ``session_id`` as its session (what "approve for this session"
+        covers, and the only session whose requests it applies). For frameworks whose
+        conversation has its own id (a Pydantic AI ``conversation_id``, an OpenAI
+        ``RunState``'s, a LangGraph ``thread_id``). Runners are kept per session id."""
+        if session_id == self.session_id:
+            return self
+        if session_id is not None and (not isinstance(session_id, str) or not session_id
+                                       or len(session_id) > MAX_CALL_ID):
+            raise ConfigurationError(
+                f"session_id must be a non-empty string of at most {MAX_CALL_ID} "
+                f"characters, or None; got {type(session_id).__name__}")
+        siblings = self._siblings
+        runner = siblings.get(session_id)
+        if runner is None:
+            runner = ToolRunner(
+                self._tools.values(), provider=self.provider, store=self.store,
+                audit=self.audit, approval_ttl=self.approval_ttl, max_rounds=self.max_rounds,
+                session_id=session_id, rules=self.rules, max_args_bytes=self.max_args_bytes,
+                _siblings=siblings)
+            if len(siblings) >= _MAX_SIBLINGS:  # a runner holds no state of its own
+                del siblings[next(iter(siblings))]
+            siblings[session_id] = runner
+        return runner
+
+    async def _record(self, call_id: str) -> CallRecord | None:
+        try:
+            rec: CallRecord = await self._transitions.step(self.store.get_call, call_id)
+        except UnknownCallError:
+            return None
+        return rec
+
+    async def find(self, ref: str) -> tuple[CallRecord | None, ConfirmationRequest | None]:
+        """The call ``ref`` names (a call id, else a confirmation id) and its latest
+        request, read from the store (either may be None). Reads only: an adapter uses it
+        to see whether a call still waits before it applies a framework's answer."""
+        step = self._transitions.step
+        if not isinstance(ref, str) or not ref:
+            raise ConfigurationError(f"a call id or confirmation id is a non-empty string, "
+                                     f"got {type(ref).__name__}")
+        rec = await self._record(ref)
+        if rec is None:
+            try:
+                req: ConfirmationRequest = await step(self.store.get_request, ref)
+            except (UnknownConfirmationError, LookupError):
+                return None, None
+            return await self._record(req.call_id), req
+        if rec.request_id is None:
+            return rec, None
+        return rec, await step(self.store.get_request, rec.request_id)
+
+    async def _deny_unasked(self, call_id: str, name: str, args: dict[str, Any],
+                            answer: Decision) -> dict[str, Any]:
+        """Record a denial for a call the gate never asked about: the call and a request
+        decided denied in one store step (the same records and events as a request
+        denied), so the id is spent."""
+        tool = self._tool(name)
+        try:
+            checked, text = self._validated(tool, name, args)
+        except (ToolArgumentError, ConfigurationError):
+            checked = args if isinstance(args, dict) else {}
+            text = canonical_json(checked)
+        call = Call(tool, call_id, checked, text, digest_of(name, text), self.session_id,
+                    self.audit.enabled)
+        hint = confirmation_hint_text(name)
+        park = Park(hint, None, gate.ask_kind(tool), None, None, None, None,
+                    self.rule_session)
+        decided = await self._transitions.open_park_decide(
+            call, park, lambda _rules: answer, self._plan)
+        if isinstance(decided, CallRecord):  # recorded meanwhile: answer that record
+            return await self.answer(call_id, answer, channel=answer.channel or "framework")
+        _asked, _answer, made, refusal = decided
+        if refusal is not None:
+            return refusal.to_dict()
+        assert made.result is not None
+        return made.result
+
+    def _validated(self, tool: BaseTool, name: str,
+                   args: dict[str, Any] | None) -> tuple[dict[str, Any], str]:
+        """``args`` as `call` takes them: validated, and their canonical JSON (bounded)."""
+        checked = tool.validate_args({} if args is None else args)
+        text = canonical_json(checked)
+        if len(text) > self.max_args_bytes:
+            raise ToolArgumentError(
+                f"the arguments to {name} are {len(text)} characters of JSON, over this "
+                f"runner's max_args_bytes={self.max_args_bytes}; send less (for bulk "
+                "data, pass a file name or a reference instead)"
+            )
+        return checked, text
 
     async def in_doubt(self) -> list[CallRecord]:
         """Calls that started in a process which died before recording their end."""
@@ -402,10 +686,6 @@ class ToolRunner:
         """``round_``: the requests made for the call so far (None: count them if needed)."""
         if isinstance(step, Ended):
             return step.result
-        if isinstance(step, AskAgain):
-            return await self._ask(step.call, ctx, hint=step.hint, payload=step.payload,
-                                   kind="edit", round_=await self._round(step.call, round_) + 1,
-                                   edited_from=step.edited_from)
         return await self._run(step.call, step.confirmation, ctx, round_=round_,
                                claimed=step.claimed)
 
@@ -427,15 +707,39 @@ class ToolRunner:
         same one, as in ADK (state a predicate writes is there when the tool runs)."""
         outer = OUTER_CALL.get()
         if outer is None:
-            return ToolContext(function_call_id=call_id, session_id=self.session_id)
-        return ToolContext(function_call_id=call_id, session_id=self.session_id,
-                           state=outer.state, actions=outer.actions)
+            ctx = ToolContext(function_call_id=call_id, session_id=self.session_id)
+        else:
+            ctx = ToolContext(function_call_id=call_id, session_id=self.session_id,
+                              state=outer.state, actions=outer.actions)
+        if self.provider is not None:
+            # A bash command under network="allowlist" asks here about a name nobody
+            # listed (sandbox/approval/network.py); without a provider it is refused.
+            ctx.ask_network = functools.partial(self._ask_network, call_id)
+        return ctx
+
+    async def _ask_network(self, call_id: str, host: str, port: int, command: str) -> bool:
+        """Whether a human (or a remembered rule) lets the command of call ``call_id``
+        connect to host:port: a call of the ``network`` tool through this gate, with its
+        own call id, so each (call, destination) is asked once and recorded."""
+        tool = self._network_tool
+        if tool is None:
+            tool = self._network_tool = NetworkAccessTool()
+        digest = hashlib.sha256(f"{host}:{port}".encode()).hexdigest()[:16]
+        ask_id = f"{call_id[: MAX_CALL_ID - 30]}/network/{digest}"
+        try:
+            result = await self._call(tool, NETWORK_TOOL,
+                                      {"host": host, "port": port, "command": command},
+                                      ask_id)  # fmt: skip
+        except Exception:  # the gate failed: the connection is refused, the run goes on
+            return False
+        return isinstance(result, dict) and result.get("allowed") is True
 
     def _same_session(self, req: ConfirmationRequest) -> bool:
-        """Whether this runner may apply ``req``: both have a session id only if it is
-        the same one."""
-        return req.session_id is None or self.session_id is None or (
-            req.session_id == self.session_id)
+        """Whether this runner may apply ``req``: the request was made in this runner's
+        session. No session id is a session of its own, never a wildcard: a runner
+        without one applies only requests made without one, and a request made
+        without one is applied by no runner that has one."""
+        return req.session_id == self.session_id
 
     def _tool(self, name: str) -> BaseTool:
         try:
@@ -443,6 +747,14 @@ class ToolRunner:
         except KeyError:
             known = ", ".join(sorted(self._tools)) or "none"
             raise UnknownToolError(f"unknown tool {name!r}; this runner has: {known}") from None
+
+
+#: Runners `for_session` keeps (oldest dropped first; the store holds all state).
+_MAX_SIBLINGS = 4096
+
+
+def _message(exc: Exception) -> str:
+    return exc.message if isinstance(exc, ToolArgumentError) else str(exc)
 
 
 #: Answers people type that are not answers the gate reads (it needs a bool or a model).

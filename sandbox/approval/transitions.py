@@ -239,8 +239,12 @@ class Transitions:
         def step() -> None:
             self.store.finish(call.call_id, "done", encoded)
             if call.audited:
+                # A bash run under network="allowlist" also says what its egress proxy
+                # let through and refused (result["network"]).
+                network = result.get("network")
+                extra = {"network": network} if isinstance(network, dict) else {}
                 self.audit.emit("tool.finished", tool=call.name, call_id=call.call_id,
-                                digest=call.digest, error=result.get("error"))
+                                digest=call.digest, error=result.get("error"), **extra)
 
         if not self.step.blocking and not self._batches:
             step()

@@ -23,7 +23,7 @@ from sandbox.bash.child import (
     zygote_preparation,
     zygote_request_steps,
 )
-from sandbox.bash.confinement import pid_namespace
+from sandbox.bash.confinement import PidNamespaceLost, fork_in_pid_namespace
 from sandbox.bash.spawner import RECEIVED, STALE, _recv, _send, remove_tree
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -74,7 +74,8 @@ def _die_with_spawner() -> None:
     any of that (a write past RLIMIT_FSIZE must kill it). Then: die with the spawner (a
     command in flight when it dies is lost: the agent says so); it may have died
     already, before the prctl."""
-    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGHUP):
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
     if _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
@@ -146,15 +147,11 @@ class _Zygote:
         # command goes straight to the zygote, without a round trip through us.
         agents, requests = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            with pid_namespace() if confinement is not None and confinement.private_proc else (
-                    contextlib.nullcontext("")) as problem:  # fmt: skip
-                if problem:
-                    raise OSError(problem)
-                pid = os.fork()
-                if pid == 0:
-                    ours.close()
-                    agents.close()
-                    _zygote_main(theirs, requests, ahead, self.prepared, key)
+            pid = _fork(confinement)
+            if pid == 0:
+                ours.close()
+                agents.close()
+                _zygote_main(theirs, requests, ahead, self.prepared, key)
         except BaseException:
             ours.close()
             agents.close()
@@ -288,15 +285,41 @@ def _start(request: dict[str, Any], fds: list[int]) -> tuple[int, str | None]:
         preexec = preexec_fn(setup) if setup is not None else None
     except OSError as e:
         return -1, f"{type(e).__name__}: {e}"
-    with pid_namespace() if setup is not None and needs_pid_namespace(setup) else (
-            contextlib.nullcontext("")) as problem:  # fmt: skip
-        if problem:
-            return -1, f"private /proc: {problem}"
-        pid = os.fork()
-        if pid == 0:
-            _child(request, out_w, err_w, passed, started_w, preexec)
+    try:
+        pid = _fork(setup.confinement if setup is not None and needs_pid_namespace(setup)
+                    else None)  # fmt: skip
+    except PidNamespaceLost:
+        raise  # serve() stops: we must not fork on
+    except OSError as e:
+        return -1, f"private /proc: {e.strerror or e}"
+    if pid == 0:
+        _child(request, out_w, err_w, passed, started_w, preexec)
     del preexec  # the per-run Landlock ruleset: closed now, not at the next collection
     return pid, None
+
+
+def _fork(confinement: Any) -> int:
+    """os.fork, or, for a confinement with a private /proc, a fork whose child is the
+    first process of a PID namespace of its own (in a user namespace of its own when
+    we lack CAP_SYS_ADMIN: see `confinement.fork_in_pid_namespace`)."""
+    if confinement is not None and confinement.private_proc:
+        return fork_in_pid_namespace(confinement)
+    return os.fork()
+
+
+def _reap_strays(known: set[int]) -> None:
+    """Reap the exited children we do not know of: as a child subreaper (see
+    `confinement.fork_in_pid_namespace`) we adopt the orphans of commands run without
+    a PID namespace of their own (`setsid -f` under confinement='none')."""
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children") as f:
+            children = [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return
+    for pid in children:
+        if pid not in known:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
 
 
 def _kill(job: _Job) -> None:
@@ -373,6 +396,11 @@ def serve(fd: int, agent: int) -> None:
     poller = select.poll()
     poller.register(control.fileno(), select.POLLIN)
     poller.register(agent_fd, select.POLLIN)
+    # A child subreaper adopts orphans (see _reap_strays): SIGCHLD wakes the loop.
+    strays_r, strays_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    signal.set_wakeup_fd(strays_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    poller.register(strays_r, select.POLLIN)
     # Zygotes being made, or ready and not offered yet, by their socket's descriptor.
     zygotes: dict[int, _Zygote] = {}
     # The keys of the zygotes to make when idle, oldest first: the agent asks for one
@@ -389,9 +417,19 @@ def serve(fd: int, agent: int) -> None:
     try:
         while True:
             events = poller.poll(0 if wanted else None)
+            if any(ready == strays_r for ready, _ in events):
+                with contextlib.suppress(BlockingIOError):
+                    os.read(strays_r, 4096)
+                known = {job.pid for job in jobs.values()} | {z.pid for z in zygotes.values()}
+                _reap_strays(known)
+                events = [event for event in events if event[0] != strays_r]
+                if not events:
+                    continue
             if not events and wanted:
                 try:
                     zygote = _Zygote(wanted.pop(0))
+                except PidNamespaceLost:
+                    raise
                 except OSError:
                     continue  # the run forks the usual way
                 zygotes[zygote.sock.fileno()] = zygote
@@ -537,6 +575,9 @@ def serve(fd: int, agent: int) -> None:
                     except OSError:
                         pass  # the agent read the status itself and went on
                 job.close()
+    except PidNamespaceLost as e:
+        print(f"sandbox spawner: {e}; stopping (the agent starts a new spawner)",
+              file=sys.stderr)  # fmt: skip
     finally:
         tmpdirs = [path for key in (*wanted, *(z.key for z in zygotes.values()))
                    for path in _tmpdirs(key)]  # fmt: skip

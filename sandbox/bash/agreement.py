@@ -159,6 +159,7 @@ class _Checker:
             return
         if kind == "heredoc_body":
             self.gap(node.start_byte)
+            self.heredoc_substitutions(node)
             self.pos = node.end_byte
             return
         if kind in ("string", "translated_string"):
@@ -191,6 +192,22 @@ class _Checker:
             test = True
         for child in node.children:
             self.node(child, arithmetic=arithmetic, test=test)
+
+    def heredoc_substitutions(self, body: Node) -> None:
+        """An expanding here-document body is text, but each command substitution in it
+        is a script bash parses when it expands the body: compared like one written on
+        the command line (``$(a =~ |& x)`` there hid x as a regex)."""
+        stack = list(reversed(body.children))
+        while stack:
+            child = stack.pop()
+            if child.type == "command_substitution":
+                inner = _Checker(self.data)
+                inner.pos = child.start_byte
+                inner.node(child, arithmetic=False, test=False)
+                inner.gap(child.end_byte)
+                inner.heredoc_order()
+            else:
+                stack.extend(reversed(child.children))
 
     def heredoc_order(self) -> None:
         """bash reads the bodies of the here-documents of one line in the order their

@@ -32,7 +32,7 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sandbox.bash.confinement import Confinement, Prepared, prepare
+from sandbox.bash.confinement import Confinement, Prepared, initial_user_namespace, prepare
 
 __all__ = ["PROLOGUE_FAILED", "ChildSetup", "needs_pid_namespace", "preexec_fn",
            "shell_prologue", "spawn_key", "zygote_preparation", "zygote_request_steps"]
@@ -153,6 +153,8 @@ def zygote_preparation(key: ChildSetup) -> tuple[Prepared | None, Callable[[], N
     (`zygote_request_steps`): a zygote waiting as that uid would count against its
     RLIMIT_NPROC and could be signalled by its other processes."""
     prepared = prepare(key.confinement) if key.confinement is not None else None
+    if prepared is not None:
+        prepared.ahead = True  # checked again at its request: protected.still_protected
     return prepared, _steps(key, prepared, namespaces=True, identity_later=True,
                             yield_cpu=_can_raise_priority())  # fmt: skip
 
@@ -162,8 +164,12 @@ _CAP_SYS_NICE = 23
 
 @functools.cache
 def _can_raise_priority() -> bool:
-    """Whether this process holds CAP_SYS_NICE (root in a container may not): what a
-    zygote needs to give back the priority it lowered."""
+    """Whether this process holds CAP_SYS_NICE (root in a container may not) in the
+    first user namespace (root of a rootless container holds it in its own only, which
+    does not let it raise a priority): what a zygote needs to give back the priority it
+    lowered."""
+    if not initial_user_namespace():
+        return False
     try:
         with open("/proc/self/status") as f:
             caps = next(line for line in f if line.startswith("CapEff:"))
@@ -176,7 +182,11 @@ def zygote_request_steps(setup: ChildSetup, prepared: Prepared | None,
                          rlimits: tuple[tuple[int, int], ...]) -> None:  # fmt: skip
     """In a zygote, once a request came: the run's rlimits (soft = hard), then the
     identity change and the capabilities it kept for it, as `preexec_fn` orders them.
-    Raises OSError when a limit is above the zygote's hard limit."""
+    Raises OSError when a limit is above the zygote's hard limit, or when a protected
+    path is no longer read-only in its mount namespace (sandbox/bash/protected.py)."""
+    stale = prepared.protected_stale() if prepared is not None else ""
+    if stale:
+        raise OSError(stale)
     for res, value in rlimits:
         resource.setrlimit(res, (value, value))
     if setup.uid is not None and setup.gid is not None:

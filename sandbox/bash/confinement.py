@@ -52,15 +52,17 @@ import fcntl
 import mmap
 import os
 import platform
+import select
 import socket
 import stat
 import struct
 import subprocess
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandbox.bash import protected as _protected
 from sandbox.errors import ConfigurationError
 
 __all__ = [
@@ -80,7 +82,7 @@ __all__ = [
 ]
 
 FILESYSTEM_MODES = ("read-write", "read-only")
-NETWORK_MODES = ("none", "loopback", "host")
+NETWORK_MODES = ("none", "loopback", "allowlist", "host")
 CONFINEMENT_MODES = ("best-effort", "required", "none")
 LAYERS = (
     "landlock-fs",
@@ -123,6 +125,9 @@ class ConfinementRequest:
     talk to servers it starts itself, never to the host's listeners) or "host".
     mode: "best-effort" (run with what the kernel offers; report the rest),
     "required" (refuse to run when a layer is missing) or "none" (no OS confinement).
+    protected_paths: paths inside a writable workspace no command may change (resolved
+    entries, see `sandbox.bash.protected`); protected: their scan for one run (the
+    process layer attaches it before planning; None: nothing attached).
     """
 
     filesystem: str = "read-write"
@@ -130,6 +135,8 @@ class ConfinementRequest:
     writable_paths: tuple[str, ...] = ()
     network: str = "none"
     mode: str = "best-effort"
+    protected_paths: tuple[str, ...] = _protected.DEFAULT_PROTECTED_PATHS
+    protected: _protected.ProtectedPaths | None = None
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -178,15 +185,28 @@ class Confinement:
     landlock_scopes: bool = False
     seccomp: bool = False
     deny_unix_sockets: bool = False
+    # IPv4, IPv6 and packet sockets fail (seccomp): network != "host" without a network
+    # namespace, where Landlock would stop TCP only (UDP to the host's ports got through).
+    deny_inet_sockets: bool = False
     drop_capabilities: bool = True
     no_new_privs: bool = True
     new_netns: bool = False
     loopback_up: bool = False
+    # network="allowlist": once lo is up, listen on these 127.0.0.1 ports inside the
+    # namespace and hand the listeners to the agent's egress proxy over proxy_channel
+    # (a descriptor the child inherits; see sandbox/bash/network/handover.py).
+    proxy_ports: tuple[int, ...] = ()
+    proxy_channel: int = -1
     new_userns: bool = False
     private_proc: bool = False
     hide_etc_secrets: bool = False
     euid: int = 0
     egid: int = 0
+    # Protected paths inside the workspace, mounted read-only in the command's mount
+    # namespace: private_proc's, or (protected_mount_ns) one made for them alone, in a
+    # user namespace when unprivileged. Without either they are Landlock rules instead.
+    protected: _protected.ProtectedPaths | None = None
+    protected_mount_ns: bool = False
 
 
 # --------------------------------------------------------------------------- detection
@@ -211,9 +231,11 @@ _detect_lock = threading.Lock()
 def _forget_the_parents_locks() -> None:
     """In a child forked while another thread held one of these (its first command's
     probes): the child would wait for it forever."""
-    global _detect_lock, _rules_lock
+    global _detect_lock, _rules_lock, _ns_lock
     _detect_lock = threading.Lock()
     _rules_lock = threading.Lock()
+    _ns_lock = threading.Lock()
+    _shared_fds._lock = threading.Lock()
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _libc.prctl.restype = ctypes.c_int
@@ -242,6 +264,14 @@ def _landlock_abi() -> tuple[int, str]:
     return int(abi), ""
 
 
+def _why(e: BaseException) -> str:
+    """An OSError raised as OSError(errno, "the step") as "the step: the error"."""
+    if isinstance(e, OSError) and e.errno and e.strerror:
+        text = os.strerror(e.errno)
+        return e.strerror if e.strerror.endswith(text) else f"{e.strerror}: {text}"
+    return str(e)
+
+
 def _probe(fn_name: str, confinement: Confinement) -> str:
     """Run /bin/true with `confinement` applied; '' if it worked, else why not."""
     true = "/bin/true" if os.path.exists("/bin/true") else "/usr/bin/true"
@@ -249,20 +279,90 @@ def _probe(fn_name: str, confinement: Confinement) -> str:
         prepared = prepare(confinement)
     except OSError as e:
         return f"{fn_name}: {e.strerror or e}"
+    # The reason, from the child (CPython reports any preexec_fn failure as
+    # "Exception occurred in preexec_fn.").
+    why_r, why_w = os.pipe2(os.O_CLOEXEC)
+
+    def apply() -> None:
+        try:
+            prepared.apply()
+        except OSError as e:
+            os.write(why_w, _why(e).encode()[:2000])
+            raise
+
     try:
         done = subprocess.run(
-            [true], preexec_fn=prepared.apply, stdin=subprocess.DEVNULL,
+            [true], preexec_fn=apply, stdin=subprocess.DEVNULL,
             capture_output=True, timeout=10, check=False,
         )
     except subprocess.SubprocessError as e:
-        return f"{fn_name} failed in a test child: {e}"
+        os.close(why_w)
+        why = os.read(why_r, 2000).decode("utf-8", "replace")
+        return f"{fn_name}: {why}" if why else f"{fn_name} failed in a test child: {e}"
     except OSError as e:
         return f"{fn_name} failed in a test child: {e.strerror or e}"
     finally:
         prepared.close()
+        with contextlib.suppress(OSError):
+            os.close(why_w)
+        os.close(why_r)
     if done.returncode != 0:
         return f"{fn_name}: a test child exited with status {done.returncode}"
     return ""
+
+
+def _probe_private_proc(c: Confinement) -> str:
+    """'' if a child can be the first process of a PID namespace of its own, with a
+    fresh /proc in its own mount namespace, forked the way the spawner forks one
+    (`fork_in_pid_namespace`); else why not. Tried in a throwaway child of ours, so
+    that this process never becomes a subreaper nor forks into a namespace."""
+    what = "PID and mount namespaces with a private /proc"
+    try:
+        prepared = prepare(c)
+    except OSError as e:
+        return f"{what}: {e.strerror or e}"
+    report_r, report_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        pid = os.fork()
+    except OSError as e:
+        os.close(report_r)
+        os.close(report_w)
+        prepared.close()
+        return f"{what}: fork: {e.strerror or e}"
+    if pid == 0:  # the throwaway child: leaves only through os._exit
+        status = 1
+        try:
+            os.close(report_r)
+            first = fork_in_pid_namespace(c)
+            if first == 0:
+                try:
+                    prepared.apply()
+                    with open("/proc/self/stat", "rb") as f:
+                        if f.read().split()[0] != b"1":
+                            raise OSError(errno.EINVAL, "/proc is not the namespace's own")
+                    os._exit(0)
+                except BaseException as e:
+                    with contextlib.suppress(BaseException):
+                        os.write(report_w, _why(e).encode()[:2000])
+                    os._exit(1)
+            _, wait_status = os.waitpid(first, 0)
+            status = 0 if wait_status == 0 else 1
+        except BaseException as e:
+            with contextlib.suppress(BaseException):
+                os.write(report_w, _why(e).encode()[:2000])
+        os._exit(status)
+    os.close(report_w)
+    prepared.close()
+    try:
+        said = b""
+        while chunk := os.read(report_r, 4096):
+            said += chunk
+    finally:
+        os.close(report_r)
+    _, wait_status = os.waitpid(pid, 0)
+    if wait_status == 0:
+        return ""
+    return f"{what}: {said.decode('utf-8', 'replace') or 'a test child failed'}"
 
 
 def detect() -> KernelSupport:
@@ -294,26 +394,24 @@ def detect() -> KernelSupport:
                 problem = _probe("seccomp", Confinement(seccomp=True, drop_capabilities=False))
                 if problem:
                     missing["seccomp"] = problem
-        netns = Confinement(new_netns=True, new_userns=not root, euid=os.geteuid(),
+        admin = namespace_admin()
+        netns = Confinement(new_netns=True, new_userns=not admin, euid=os.geteuid(),
                             egid=os.getegid(), drop_capabilities=False)  # fmt: skip
         problem = _probe("network namespace", netns)
         if problem:
             missing["netns"] = problem + (
-                "" if root else " (an unprivileged agent needs user namespaces: "
-                "sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces)"
+                "" if admin else " (without CAP_SYS_ADMIN a network namespace needs a user "
+                "namespace: sysctl kernel.unprivileged_userns_clone=1 / "
+                "user.max_user_namespaces, or a container runtime that allows them)"
             )
-        if not root:
-            missing["private-proc"] = (
-                "needs root: an unprivileged agent would need a user namespace and one more "
-                "process per command to own a PID namespace"
+        problem = _probe_private_proc(Confinement(
+            private_proc=True, new_userns=not admin, drop_capabilities=False,
+            euid=os.geteuid(), egid=os.getegid()))  # fmt: skip
+        if problem:
+            missing["private-proc"] = problem + (
+                "" if admin else " (without CAP_SYS_ADMIN a PID namespace needs a user "
+                "namespace)"
             )
-        else:
-            with pid_namespace() as problem:
-                if not problem:
-                    problem = _probe("PID and mount namespaces with a private /proc",
-                                     Confinement(private_proc=True, drop_capabilities=False))  # fmt: skip
-            if problem:
-                missing["private-proc"] = problem
         if abi:
             problem = _probe("landlock", Confinement(landlock_abi=abi, landlock_fs=True,
                                                      read_paths=("/",)))  # fmt: skip
@@ -369,9 +467,14 @@ def plan(
         return None, {layer: "inactive: confinement='none' in the policy" for layer in LAYERS}
     kernel = detect()
     root = os.geteuid() == 0
-    needed = ["landlock-fs", "landlock-scopes", "seccomp", "capabilities", "no-new-privs"]
-    if root:
-        needed += ["private-proc"]
+    # Without CAP_SYS_ADMIN (an ordinary user; root in Docker), each command's
+    # namespaces are made inside a user namespace of its own, mapping our uid to itself.
+    # So too for root of a rootless container (unless it drops to another uid, which
+    # that map lacks): RLIMIT_NPROC then counts the command's processes only (it counts
+    # per user namespace and uid since Linux 5.14).
+    admin = namespace_admin()
+    needed = ["landlock-fs", "landlock-scopes", "seccomp", "capabilities", "no-new-privs",
+              "private-proc"]  # fmt: skip
     if request.network != "host":
         needed += ["netns"]
     if request.network == "none":
@@ -398,8 +501,11 @@ def plan(
     (write_paths if ws_rights == "read-write" else read_paths).append(workspace)
     use_netns = request.network != "host" and kernel.has("netns")
     # Without a namespace of its own, "loopback" would be the host's: deny TCP instead.
+    # Without a namespace of its own, "loopback" would be the host's and "allowlist"
+    # would have no proxy inside: deny TCP instead.
     landlock_net = kernel.has("landlock-net") and (
-        request.network == "none" or (request.network == "loopback" and not use_netns)
+        request.network == "none"
+        or (request.network in ("loopback", "allowlist") and not use_netns)
     )
     confinement = Confinement(
         read_paths=tuple(read_paths),
@@ -412,11 +518,13 @@ def plan(
         landlock_scopes=kernel.has("landlock-scopes"),
         seccomp=kernel.has("seccomp"),
         deny_unix_sockets=request.network != "host",
+        deny_inet_sockets=request.network != "host" and not use_netns,
         drop_capabilities=kernel.has("capabilities"),
         no_new_privs=kernel.has("no-new-privs"),
         new_netns=use_netns,
-        loopback_up=use_netns and request.network == "loopback",
-        new_userns=use_netns and not root,
+        loopback_up=use_netns and request.network in ("loopback", "allowlist"),
+        new_userns=(use_netns or private_proc) and (
+            not admin or (not _can_setns_back() and not drops_to_uid)),
         private_proc=private_proc,
         hide_etc_secrets=hide_etc,
         euid=os.geteuid(),
@@ -439,9 +547,9 @@ def plan(
         say("landlock-net", False, "network='host' in the policy")
     elif landlock_net:
         say("landlock-net", True, f"ABI {abi}; TCP bind and connect denied")
-    elif request.network == "loopback":
-        say("landlock-net", False, "not needed: network='loopback' uses a private "
-            "network namespace")  # fmt: skip
+    elif request.network in ("loopback", "allowlist"):
+        say("landlock-net", False, f"not needed: network='{request.network}' uses a "
+            "private network namespace")  # fmt: skip
     else:
         say("landlock-net", False, kernel.missing.get("landlock-net", "not requested"))
     if confinement.landlock_scopes:
@@ -474,20 +582,31 @@ def plan(
         say("netns", False, "network='host' in the policy")
     elif use_netns:
         what = ("private, lo up" if request.network == "loopback"
+                else "private, lo up, only the egress proxy's ports 3128 (HTTP) and 1080 "
+                "(SOCKS5) listening: names are checked against allowed_domains"
+                if request.network == "allowlist"
                 else "empty (lo down)" + (", shared by the commands of this agent"
-                                          if root else ""))  # fmt: skip
-        say("netns", True, what + (" in a user namespace" if not root else ""))
+                                          if _shared_netns(confinement) else ""))  # fmt: skip
+        say("netns", True, what + (" in a user namespace of its own"
+                                   if confinement.new_userns else ""))  # fmt: skip
     else:
-        say("netns", False, kernel.missing["netns"])
+        say("netns", False, kernel.missing["netns"] + (
+            "; instead, IPv4, IPv6 and packet sockets fail (seccomp)"
+            if confinement.seccomp and confinement.deny_inet_sockets else ""))
     if private_proc:
-        say("private-proc", True, "own PID and mount namespaces, fresh /proc: no process "
-            "outside the command's tree is visible")  # fmt: skip
+        say("private-proc", True, "own PID, mount and IPC namespaces" + (
+            " in a user namespace of its own" if confinement.new_userns else "") + ", fresh /proc: no "
+            "process outside the command's tree is visible, and the tree dies with its "
+            "first process")  # fmt: skip
     else:
         say("private-proc", False, kernel.missing["private-proc"])
     if drops_to_uid:
         report["identity"] = "active: runs as an unprivileged uid"
     if missing:
         report["missing"] = "; ".join(f"{layer} ({why})" for layer, why in missing.items())
+    confinement = _protected.plan_layer(  # sandbox/bash/protected.py
+        confinement, report, protected=request.protected, filesystem=request.filesystem,
+        mode=request.mode, own_mounts=private_proc, root=root)  # fmt: skip
     return confinement, report
 
 
@@ -668,7 +787,10 @@ class _EtcSecrets:
             for path in (file, directory):
                 os.chmod(path, 0)
                 if os.geteuid() == 0:
-                    os.chown(path, 65534, 65534)
+                    # Not in a user namespace that does not map nobody (a rootless
+                    # container): then ours, which the read-only mount keeps at 000.
+                    with contextlib.suppress(OSError):
+                        os.chown(path, 65534, 65534)
             atexit.register(shutil.rmtree, root, ignore_errors=True)
             self.placeholders = (os.fsencode(root), os.fsencode(file), os.fsencode(directory))
         return self.placeholders
@@ -773,7 +895,8 @@ class _Rules:
         self.attr, handled_fs = _ruleset_attr(c)
         self.handled_fs = handled_fs
         self.rules: list[_PathBeneath] = []
-        self._fds: list[int] = []
+        self._fds: list[int] = []  # ours: the workspace and the policy's extra paths
+        self._shared: list[int] = []  # the system's, shared by every rule set
         self._stamps: list[tuple[str, tuple[int, int]]] = []
         self._absent: list[str] = []  # granted once they exist: the rules are rebuilt
         if handled_fs:
@@ -787,11 +910,16 @@ class _Rules:
                     for path in paths:
                         listing_only = path.endswith("/") and len(path) > 1
                         path = path.rstrip("/") if listing_only else path
-                        opened = _open_rule(path, _FS_READ_DIR if listing_only else rights)
+                        wanted = _FS_READ_DIR if listing_only else rights
+                        shared = _shared_path(path)
+                        if shared:
+                            opened = _shared_fds.take(path, wanted)
+                        else:
+                            opened = _open_rule(path, wanted)
                         if opened is None:
                             self._absent.append(path)
                         if opened is not None:
-                            self._fds.append(opened[0])
+                            (self._shared if shared else self._fds).append(opened[0])
                             self.rules.append(_PathBeneath(opened[1], opened[0]))
                             st = os.fstat(opened[0])
                             self._stamps.append((path, (st.st_dev, st.st_ino)))
@@ -837,7 +965,73 @@ class _Rules:
         for fd in self._fds:
             os.close(fd)
         self._fds.clear()
+        for fd in self._shared:
+            _shared_fds.release(fd)
+        self._shared.clear()
         self.rules.clear()
+
+
+def _shared_path(path: str) -> bool:
+    """A path every rule set grants alike: the system's directories, devices and /etc."""
+    return (path in SYSTEM_READ_PATHS or path in DEVICE_PATHS or path == ETC
+            or path.startswith(ETC + "/"))  # fmt: skip
+
+
+class _SharedFds:
+    """The O_PATH descriptors of the system paths, opened once per process and shared
+    by every cached rule set: per workspace only its own paths are opened. Without this
+    an agent with several workspaces held ~180 descriptors per workspace when /etc is
+    granted piece by piece (no private /proc), and the sixth workspace hit the default
+    limit of 1024 open files. A path replaced since (its device and inode differ) gets
+    a new descriptor; the old one is closed once no rule set uses it."""
+
+    def __init__(self) -> None:
+        self._current: dict[str, tuple[int, int]] = {}  # path -> (fd, rights)
+        self._refs: dict[int, int] = {}
+        self._superseded: set[int] = set()
+        self._lock = threading.Lock()
+
+    def take(self, path: str, rights: int) -> tuple[int, int] | None:
+        with self._lock:
+            known = self._current.get(path)
+            if known is not None:
+                fd = known[0]
+                try:
+                    st, now = os.fstat(fd), os.stat(path)
+                    same = (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
+                except OSError:
+                    same = False
+                if not same:
+                    del self._current[path]
+                    self._superseded.add(fd)
+                    self._close_if_unused(fd)
+                    known = None
+            if known is None:
+                opened = _open_rule(path, _read_rights() | _FS_WRITE_FILE | _FS_TRUNCATE)
+                if opened is None:
+                    return None
+                known = self._current[path] = opened
+            fd = known[0]
+            self._refs[fd] = self._refs.get(fd, 0) + 1
+            try:
+                is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+            except OSError:
+                is_dir = False
+            return fd, rights if is_dir else rights & _FILE_RIGHTS
+
+    def release(self, fd: int) -> None:
+        with self._lock:
+            self._refs[fd] = self._refs.get(fd, 1) - 1
+            self._close_if_unused(fd)
+
+    def _close_if_unused(self, fd: int) -> None:
+        if fd in self._superseded and self._refs.get(fd, 0) <= 0:
+            self._superseded.discard(fd)
+            self._refs.pop(fd, None)
+            os.close(fd)
+
+
+_shared_fds = _SharedFds()
 
 
 _SYS_ADD_RULE = ctypes.c_long(SYS_landlock_add_rule)
@@ -946,6 +1140,7 @@ _SYS_FCNTL, _F_SETLEASE = 72, 1024  # a lease on a host file stalls the host's w
 _F_NOTIFY = 1026  # dnotify: inotify's older form
 _SOCK_TYPE_MASK, _SOCK_STREAM = 0xF, 1
 _AF_UNIX = 1
+_AF_INET, _AF_INET6, _AF_PACKET = 2, 10, 17
 _AF_NETLINK = 16
 _NETLINK_USERSOCK = 2
 # clone() flags that create namespaces; clone3 passes its flags in memory that a filter
@@ -960,7 +1155,8 @@ _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
 
 
-def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
+def seccomp_program(*, deny_unix_sockets: bool = False, deny_inet_sockets: bool = False
+                    ) -> bytes:  # fmt: skip
     """The BPF filter, as struct sock_filter[] bytes (x86_64).
 
     deny_unix_sockets: `socket(AF_UNIX, ...)` fails too. Landlock does not govern
@@ -986,8 +1182,9 @@ def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
         (_BPF_JEQ, "fcntl", 0, _SYS_FCNTL),
         *[(_BPF_JEQ, f"mode{arg}", 0, nr) for nr, arg in _SYS_MODE_ARG.items()],
     ]
-    if deny_unix_sockets:
+    if deny_unix_sockets or deny_inet_sockets:
         prog.append((_BPF_JEQ, "socket", 0, _SYS_SOCKET))
+    if deny_unix_sockets:
         prog.append((_BPF_JEQ, "socketpair", 0, _SYS_SOCKETPAIR))
     prog += [(_BPF_JEQ, "deny", 0, nr) for nr in sorted(DENIED_SYSCALLS.values())]
     prog.append((_BPF_JEQ, "allow", "allow", 0))  # jump over the argument checks
@@ -1015,9 +1212,11 @@ def seccomp_program(*, deny_unix_sockets: bool = False) -> bytes:
             (_BPF_JSET, "deny", "allow", _S_ISUID_ISGID),
         ]
     labels["socket"] = len(prog)
+    prog += [(_BPF_LD_W_ABS, 0, 0, 16)]  # args[0]: the address family
+    if deny_inet_sockets:
+        prog += [(_BPF_JEQ, "deny", 0, family) for family in (_AF_INET, _AF_INET6, _AF_PACKET)]
     prog += [
-        (_BPF_LD_W_ABS, 0, 0, 16),  # args[0]: the address family
-        (_BPF_JEQ, "deny", 0, _AF_UNIX),
+        (_BPF_JEQ, "deny" if deny_unix_sockets else "allow", 0, _AF_UNIX),
         (_BPF_JEQ, "deny", 0, _AF_VSOCK),
         (_BPF_JEQ, 0, "allow", _AF_NETLINK),
         (_BPF_LD_W_ABS, 0, 0, 32),  # args[2]: the protocol
@@ -1097,37 +1296,160 @@ def _last_cap() -> int:
 _ns_lock = threading.Lock()
 _own_pid_ns = -1
 _empty_net_ns = -1
+_PR_SET_CHILD_SUBREAPER = 36
+_CAP_SYS_ADMIN = 21
 
 
 def _ns_fd(kind: str) -> int:
     return os.open(f"/proc/self/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
 
 
-@contextlib.contextmanager
-def pid_namespace() -> Iterator[str]:
-    """While inside, the next process this thread forks is the first of a new PID
-    namespace (``unshare(CLONE_NEWPID)`` only affects children); on leaving, children
-    are born in our own namespace again (``setns`` to it), so that no later fork lands
-    in the namespace of an earlier command. Yields '' or why it could not.
+def namespace_admin() -> bool:
+    """Whether this process may make namespaces without a user namespace of its own:
+    CAP_SYS_ADMIN in its user namespace (root on a host, root of a rootless container).
+    An ordinary user, or root stripped of CAP_SYS_ADMIN (Docker's default), needs one."""
+    try:
+        caps = int(_status_field("CapEff") or "0", 16)
+    except (OSError, ValueError):
+        return False
+    return bool(caps >> _CAP_SYS_ADMIN & 1)
 
-    Needs CAP_SYS_ADMIN: the forking process (the spawner) is the agent's user, root.
+
+def initial_user_namespace() -> bool:
+    """Whether this process is in the machine's first user namespace (where the PID
+    namespace it was born in is owned, so that `setns` back to it is allowed)."""
+    try:
+        with open("/proc/self/uid_map") as f:
+            return f.read().split() == ["0", "0", "4294967295"]
+    except OSError:
+        return False
+
+
+class PidNamespaceLost(OSError):
+    """`setns` back to our own PID namespace failed after a fork into a new one: every
+    later fork of this process would land in that command's namespace. The process
+    that forks (the spawner, never the agent) must stop forking: it exits, and the
+    agent starts a new one."""
+
+
+def fork_in_pid_namespace(c: Confinement) -> int:
+    """Fork a child that is the first process (pid 1) of a PID namespace of its own,
+    as `os.fork` does: its pid (as seen here) in the parent, 0 in the child.
+
+    Two ways, the same result:
+
+    - Root on the host (CAP_SYS_ADMIN in the first user namespace): ``unshare(
+      CLONE_NEWPID)``, fork, ``setns`` back to our own namespace: one fork.
+    - Otherwise (an ordinary user, root of a rootless container, root without
+      CAP_SYS_ADMIN): an intermediate child makes the namespaces (``CLONE_NEWUSER``
+      first when `c.new_userns`, mapping our uid and gid to themselves, then
+      ``CLONE_NEWPID``), forks the command's first process and exits. `setns` back is
+      not needed (the intermediate's namespaces die with it) and would be refused: our
+      PID namespace belongs to a user namespace we hold no capability in. This process
+      becomes a child subreaper (PR_SET_CHILD_SUBREAPER) so that the command's first
+      process is reparented to it, not to init: it waits for it as for any child. The
+      child waits for the intermediate to be gone before returning (a parent-death
+      signal set before would fire at the intermediate's exit). bubblewrap's
+      ``--unshare-user --unshare-pid`` does the same with a clone() and a monitor
+      process; Python can only fork.
+
+    Raises OSError naming the step that failed (PidNamespaceLost: see there); never
+    ends the calling process.
     """
+    if not c.new_userns and _can_setns_back():
+        return _fork_with_setns_back()
+    return _fork_through_intermediate(c)
+
+
+def _fork_with_setns_back() -> int:
     global _own_pid_ns
     with _ns_lock:
         if _own_pid_ns < 0:
             _own_pid_ns = _ns_fd("pid")
     if _libc.unshare(ctypes.c_int(_CLONE_NEWPID)) != 0:
-        yield f"unshare(CLONE_NEWPID): {os.strerror(ctypes.get_errno())}"
-        return
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare(CLONE_NEWPID): {os.strerror(err)}")
     try:
-        yield ""
+        pid = os.fork()
     finally:
-        if _libc.setns(ctypes.c_int(_own_pid_ns), ctypes.c_int(_CLONE_NEWPID)) != 0:
+        if os.getpid() != 1 and _libc.setns(ctypes.c_int(_own_pid_ns),
+                                            ctypes.c_int(_CLONE_NEWPID)) != 0:  # fmt: skip
             err = ctypes.get_errno()
-            # Forking on in the command's namespace would put the next command there.
-            os.write(2, f"sandbox: setns back to our PID namespace failed: "
-                        f"{os.strerror(err)}\n".encode())  # fmt: skip
-            os._exit(70)
+            raise PidNamespaceLost(err, "setns back to our PID namespace failed: "
+                                   f"{os.strerror(err)}")  # fmt: skip
+    return pid
+
+
+_subreaper_set = False
+
+
+def _fork_through_intermediate(c: Confinement) -> int:
+    global _subreaper_set
+    if not _subreaper_set:
+        if _libc.prctl(_PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(1), 0, 0, 0) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(err)}")
+        _subreaper_set = True
+    flags = _CLONE_NEWPID | (_CLONE_NEWUSER if c.new_userns else 0)
+    maps = (
+        ("/proc/self/setgroups", b"deny"),
+        ("/proc/self/uid_map", b"%d %d 1" % (c.euid, c.euid)),
+        ("/proc/self/gid_map", b"%d %d 1" % (c.egid, c.egid)),
+    ) if c.new_userns else ()  # fmt: skip
+    report_r, report_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        middle = os.fork()
+    except BaseException:
+        os.close(report_r)
+        os.close(report_w)
+        raise
+    if middle == 0:
+        # The intermediate: it only ever leaves through os._exit.
+        try:
+            os.close(report_r)
+            gone = os.pidfd_open(os.getpid())  # the child waits on it (see above)
+            if _libc.unshare(ctypes.c_int(flags)) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"unshare(CLONE_NEW{'USER|CLONE_NEW' if c.new_userns else ''}"
+                              f"PID): {os.strerror(err)}")  # fmt: skip
+            for path, data in maps:
+                fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, data)
+                finally:
+                    os.close(fd)
+            pid = os.fork()
+        except BaseException as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            with contextlib.suppress(BaseException):
+                os.write(report_w, f"E{why}".encode()[:4000])
+            os._exit(1)
+        if pid == 0:
+            # The command's first process: once the intermediate is gone (and so we
+            # are the caller's child), carry on as the caller's child.
+            os.close(report_w)
+            while not select.select([gone], [], [], None)[0]:
+                pass
+            os.close(gone)
+            return 0
+        with contextlib.suppress(BaseException):
+            os.write(report_w, b"P%d" % pid)
+        os._exit(0)
+    os.close(report_w)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(report_r, 4096)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(report_r)
+        os.waitpid(middle, 0)  # once it is reaped, its child is ours
+    said = b"".join(chunks).decode("utf-8", "replace")
+    if said.startswith("P") and said[1:].isdigit():
+        return int(said[1:])
+    raise OSError(errno.EPERM, said[1:] or "the process making the namespaces died")
 
 
 def empty_network_namespace() -> int:
@@ -1137,6 +1459,10 @@ def empty_network_namespace() -> int:
     can reach nothing through it (lo is down, so not even each other), and a root
     command cannot bring lo up (no CAP_NET_ADMIN). Needs CAP_SYS_ADMIN."""
     global _empty_net_ns
+    if not _can_setns_back():
+        # This thread could not come back (see _shared_netns): never try.
+        raise OSError(errno.EPERM, "an empty network namespace shared by setns needs "
+                      "CAP_SYS_ADMIN in the first user namespace")  # fmt: skip
     with _ns_lock:
         if _empty_net_ns < 0:
             own = _ns_fd("net")
@@ -1154,11 +1480,46 @@ def empty_network_namespace() -> int:
         return _empty_net_ns
 
 
+def send_proxy_listeners(channel: int, ports: tuple[int, ...]) -> None:
+    """In the command's child, inside its own network namespace with lo up: listen on
+    127.0.0.1:PORT for each port, send the listeners to the agent's egress proxy over
+    ``channel`` (SCM_RIGHTS) and close every copy here (sandbox/bash/network/handover.py
+    says why)."""
+    listeners = []
+    try:
+        for port in ports:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listeners.append(s)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            s.listen(128)
+        with socket.socket(fileno=channel) as ch:
+            socket.send_fds(ch, [b"ok"], [s.fileno() for s in listeners])
+    finally:
+        for s in listeners:
+            s.close()
+
+
 def _shared_netns(c: Confinement) -> bool:
-    return c.new_netns and not c.new_userns and not c.loopback_up
+    """Whether the command joins the one empty network namespace of this process: made
+    by this thread, which then moves back with `setns`, which only root of the first
+    user namespace may do (root of a rootless container may not: our own namespace is
+    not its). Otherwise each command unshares its own."""
+    return (c.new_netns and not c.new_userns and not c.loopback_up
+            and _can_setns_back())  # fmt: skip
 
 
-_seccomp_cache: dict[bool, ctypes.Array[ctypes.c_char]] = {}
+_setns_back: bool | None = None
+
+
+def _can_setns_back() -> bool:
+    global _setns_back
+    if _setns_back is None:
+        _setns_back = initial_user_namespace() and namespace_admin()
+    return _setns_back
+
+
+_seccomp_cache: dict[tuple[bool, bool], ctypes.Array[ctypes.c_char]] = {}
 
 
 class Prepared:
@@ -1175,15 +1536,21 @@ class Prepared:
         self._rules: _Rules | None = None
         self._etc_generation = 0
         self._own_mounts = False  # set in the child that made its own mount namespace
+        self._empty_file = b""  # covers a protected name that is a symbolic link
+        self.ahead = False  # a zygote's, applied ahead of its request (child.py)
+        if c.protected is not None and c.protected.links:
+            self._empty_file = _etc_secrets.placeholder_paths()[1]
         self._run_paths: tuple[str, ...] = ()  # a zygote's run's TMPDIR, given later
         if c.landlock_abi and (c.landlock_fs or c.landlock_net or c.landlock_scopes):
             self._rules = _cached_rules(c)
             self._ruleset = self._rules.ruleset(c.private_paths)
         try:
-            bpf = _seccomp_cache.get(c.deny_unix_sockets) if c.seccomp else None
+            which = (c.deny_unix_sockets, c.deny_inet_sockets)
+            bpf = _seccomp_cache.get(which) if c.seccomp else None
             if c.seccomp and bpf is None:
-                program = seccomp_program(deny_unix_sockets=c.deny_unix_sockets)
-                bpf = _seccomp_cache[c.deny_unix_sockets] = ctypes.create_string_buffer(
+                program = seccomp_program(deny_unix_sockets=c.deny_unix_sockets,
+                                          deny_inet_sockets=c.deny_inet_sockets)  # fmt: skip
+                bpf = _seccomp_cache[which] = ctypes.create_string_buffer(
                     program, len(program))
             self._bpf = bpf
             self._fprog = _SockFprog(len(bpf) // 8 if bpf is not None else 0,
@@ -1204,9 +1571,13 @@ class Prepared:
                 self._covers = [(directory if is_dir else file, path)
                                 for path, is_dir in _etc_secrets.entries()]  # fmt: skip
                 self._etc_generation = _etc_secrets.generation
+            # With a PID namespace of its own, the user namespace around it was made by
+            # `fork_in_pid_namespace`, before the child existed.
+            self._own_userns = c.new_userns and not c.private_proc
             self._unshare_flags = (
                 (_CLONE_NEWNET if c.new_netns and self._netns < 0 else 0)
-                | (_CLONE_NEWUSER if c.new_userns else 0)
+                | (_CLONE_NEWUSER if self._own_userns else 0)
+                | (_CLONE_NEWNS if c.protected_mount_ns else 0)
             )
         except BaseException:
             self.close()
@@ -1224,7 +1595,7 @@ class Prepared:
         if self._unshare_flags:
             if _libc.unshare(ctypes.c_int(self._unshare_flags)) != 0:
                 raise OSError(ctypes.get_errno(), "unshare")
-        if c.new_userns:
+        if self._own_userns:
             for path, data in (
                 ("/proc/self/setgroups", b"deny"),
                 ("/proc/self/uid_map", self._uid_map),
@@ -1241,6 +1612,12 @@ class Prepared:
                 fcntl.ioctl(s.fileno(), _SIOCSIFFLAGS, self._ifreq)
             finally:
                 s.close()
+            if c.proxy_channel >= 0:
+                send_proxy_listeners(c.proxy_channel, c.proxy_ports)
+        if c.protected_mount_ns and c.protected is not None:  # sandbox/bash/protected.py
+            _protected.apply_in_new_mount_namespace(c.protected, self._empty_file,
+                                                    strict=not self.ahead)  # fmt: skip
+            self._own_mounts = True
         if c.private_proc:
             self._private_proc()
 
@@ -1250,7 +1627,8 @@ class Prepared:
         # nothing propagates back to the host's.
         if os.getpid() != 1:
             raise OSError(errno.EINVAL, "private /proc: the child is not the first process "
-                          "of a new PID namespace (fork inside confinement.pid_namespace())")
+                          "of a new PID namespace (fork it with "
+                          "confinement.fork_in_pid_namespace())")
         # An IPC namespace too: SysV shared memory, queues and semaphores are otherwise
         # the host's, and uid 0 owns root's segments.
         if _libc.unshare(ctypes.c_int(_CLONE_NEWNS | _CLONE_NEWIPC)) != 0:
@@ -1299,6 +1677,9 @@ class Prepared:
             nodev = _MOUNT_ATTR_NODEV if os.path.isdir(path) and path not in (
                 b"/dev", b"/dev/pts") else 0  # fmt: skip
             _mount_setattr(path, recursive=False, set_=nodev, clear=_MOUNT_ATTR_RDONLY)
+        if self.confinement.protected is not None:  # sandbox/bash/protected.py
+            _protected.apply_mounts(self.confinement.protected, self._empty_file,
+                                    strict=not self.ahead)  # fmt: skip
         # The working directory was entered before the bind mounts: enter it again, so
         # that relative paths resolve on the writable mount on top.
         os.chdir(os.getcwd())
@@ -1329,7 +1710,15 @@ class Prepared:
         if self.confinement.hide_etc_secrets and _etc_secrets.stale_since(
                 self._etc_generation):  # fmt: skip
             return "/etc changed"
-        return ""
+        return self.protected_stale()
+
+    def protected_stale(self) -> str:
+        """In a zygote whose mounts were made ahead: '' if every protected path is still
+        a read-only mount (a file renamed over one on the host detaches it), else what
+        is not."""
+        if self.confinement.protected is None or not self._own_mounts:
+            return ""
+        return _protected.still_protected(self.confinement.protected)
 
     def zygote_fds(self) -> tuple[int, ...]:
         """The descriptors a zygote still needs once its namespaces are made: the
@@ -1403,7 +1792,7 @@ _CAPS = [ctypes.c_ulong(cap) for cap in range(_last_cap() + 1)]
 
 def prepare(confinement: Confinement) -> Prepared:
     """Build, before the fork, everything `Prepared.apply` needs after it. A
-    confinement with private_proc must then be forked inside `pid_namespace()`."""
+    confinement with private_proc must then be forked by `fork_in_pid_namespace`."""
     return Prepared(confinement)
 
 
@@ -1423,12 +1812,15 @@ def describe_kernel() -> dict[str, object]:
                 else "unprivileged (none held)",
                 "no-new-privs": "prctl(PR_SET_NO_NEW_PRIVS)",
                 "netns": "one empty namespace per agent, joined with setns() (per "
-                "command for network='loopback')" if kernel.root
-                else "unshare(CLONE_NEWUSER|CLONE_NEWNET)",
+                "command for network='loopback')" if _can_setns_back()
+                else "a network namespace per command, in its user namespace",
                 "private-proc": "a PID namespace per command and a fresh /proc in its own "
-                "mount namespace",
+                "mount namespace" + ("" if _can_setns_back() else ", in a user namespace "
+                                     "of its own"),
             }[layer]
             layers[layer] = f"available: {detail}"
         else:
             layers[layer] = f"unavailable: {kernel.missing[layer]}"
+    layers["protected-paths"] = _protected.describe_mechanism(  # sandbox/bash/protected.py
+        private_proc=kernel.has("private-proc"), landlock=kernel.has("landlock-fs"))
     return {"landlock_abi": kernel.landlock_abi, "layers": layers}

@@ -294,6 +294,29 @@ class PidNamespaceTree(Tree):
         return max(len(members) - 1, 0)
 
 
+class OwnPidNamespaceTree(Tree):
+    """The command's own PID namespace, made by the spawner as it forks the shell (a
+    confined run with a private /proc: `confinement.fork_in_pid_namespace`): the shell
+    is the namespace's first process, so when it dies, on its own or by our SIGKILL,
+    the kernel kills every other process in the namespace (`setsid`, double forks and
+    daemons included: none can leave it) before its exit status can be read. No
+    wrapper process and no privilege: an ordinary user gets it inside a user namespace
+    of the command's own. Reported as "pidns".
+    """
+
+    name = "pidns"
+
+    async def kill(self, main: MainProcess) -> int:
+        if main.has_exited():
+            # The namespace died with its first process: its exit status is readable
+            # only once every other member is gone. How many there were is not known.
+            return 0
+        members = _descendants(main.pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(main.pid, signal.SIGKILL)
+        return max(len(members) - 1, 0)
+
+
 class SubreaperTree(Tree):
     """A dedicated supervisor process (sandbox/bash/_subreaper.py) between us and bash.
 
@@ -316,7 +339,11 @@ class SubreaperTree(Tree):
         self._report = b""
 
     def command(self, argv: list[str], setup: ChildSetup) -> tuple[list[str], ChildSetup]:
-        return [*_subreaper_argv(self._report_w, setup, self._placement()), *argv], ChildSetup()
+        # The supervisor runs confined (the shell it forks inherits every layer); its
+        # Python and its cgroup files are granted by the process layer. The placement,
+        # rlimits and identity it applies to its child itself.
+        return ([*_subreaper_argv(self._report_w, setup, self._placement()), *argv],
+                ChildSetup(confinement=setup.confinement))
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
@@ -355,8 +382,11 @@ class SubreaperTree(Tree):
         await super().aclose()
 
 
-def _subreaper_argv(report_fd: int, setup: ChildSetup, cgroup_procs: Sequence[str]) -> list[str]:
-    """The supervisor's command line, up to and including "--" (see _subreaper.py)."""
+def _subreaper_argv(report_fd: int, setup: ChildSetup, cgroup_procs: Sequence[str],
+                    parent: int | None = None) -> list[str]:  # fmt: skip
+    """The supervisor's command line, up to and including "--" (see _subreaper.py).
+    parent: the process that starts it (it checks, and dies with it): the spawner by
+    default."""
     rlimits = ",".join(f"{res}={value}" for res, value in setup.rlimits) or "-"
     uid = "-" if setup.uid is None else str(setup.uid)
     gid = "-" if setup.gid is None else str(setup.gid)
@@ -367,7 +397,7 @@ def _subreaper_argv(report_fd: int, setup: ChildSetup, cgroup_procs: Sequence[st
         str(SUBREAPER_SCRIPT),
         str(report_fd),
         # Its parent: the spawner that forks it (it dies with that parent).
-        str(Spawner.shared().pid),
+        str(Spawner.shared().pid if parent is None else parent),
         uid,
         gid,
         rlimits,
@@ -533,7 +563,9 @@ def _probe_subreaper(shell: str) -> Availability:
         return Availability(False, "sys.executable is unknown: cannot start the supervisor")
     r, w = os.pipe()
     try:
-        argv = _subreaper_argv(w, ChildSetup(), ())
+        # Started by us here, not by the spawner: we are its parent. (It checks that
+        # its parent is the one named, which made this probe fail everywhere before.)
+        argv = _subreaper_argv(w, ChildSetup(), (), parent=os.getpid())
         try:
             done = subprocess.run(
                 [*argv, shell, "-c", "exit 0"],
@@ -610,10 +642,13 @@ def pids_cgroup_base(shell: str) -> CgroupBase | None:
     return None
 
 
-def open_tree(name: str, *, limit_processes: bool, shell: str) -> Tree:
+def open_tree(name: str, *, limit_processes: bool, shell: str,
+              own_pid_namespace: bool = False) -> Tree:  # fmt: skip
     """Create the containment for one run (its cgroups exist from here on: the caller
     must `aclose` the tree, also when the spawn fails). With `limit_processes`, a pids
-    cgroup is part of it when the machine has one (`Tree.limit_processes` sets it)."""
+    cgroup is part of it when the machine has one (`Tree.limit_processes` sets it).
+    own_pid_namespace (with name "pidns"): the spawner forks the shell into a PID
+    namespace of its own (a confined run with a private /proc), no `unshare` wrapper."""
     pids: RunCgroup | None = None
     if limit_processes:
         base = pids_cgroup_base(shell)
@@ -624,6 +659,8 @@ def open_tree(name: str, *, limit_processes: bool, shell: str) -> Tree:
             return Cgroup2Tree(_detected.bases["cgroup2"], pids)
         if name == "cgroup1-freezer":
             return FreezerTree(_detected.bases["cgroup1-freezer"], pids)
+        if name == "pidns" and own_pid_namespace:
+            return OwnPidNamespaceTree(pids)
         if name == "pidns":
             return PidNamespaceTree(_detected.unshare_prefix, pids)
         if name == "subreaper":

@@ -1165,6 +1165,7 @@ class _Walk:
                     child_ctx &= ~_DQUOTE
                     if controls:
                         self.data_ranges.append((node.start_byte, node.end_byte, False))
+                    self.reads_file(node, children)
                 elif action == _A_DECLARATION:
                     self.builtin(node, children, "declaration")
                 elif action == _A_UNSET:
@@ -1280,19 +1281,7 @@ class _Walk:
     def command_substitution(self, node: Node, children: list[Node], track: bool) -> None:
         if track:
             self.claimed.add(node.start_byte)
-        inner_nodes = [c for c in children if _NAMED[c.kind_id]]
-        if len(inner_nodes) == 1:
-            only = inner_nodes[0]
-            if _KIND_NAME[only.kind_id] == "redirected_statement" and all(
-                    c.kind_id in _FILE_REDIRECT for c in only.named_children):
-                only = only.named_children[0] if only.named_child_count == 1 else only
-            if only.kind_id in _FILE_REDIRECT:
-                # "$(< file)" is bash's own "$(cat file)": decided as that command
-                target = [c for c in only.named_children if _KIND_NAME[c.kind_id] !=
-                          "file_descriptor"]
-                self.commands.append(SimpleCommand(
-                    "command", (Word("cat", "cat", "cat", True), *self.words(target)), (),
-                    self.text(node), self.offset(node.start_byte)))
+        self.reads_file(node, children)
         if _KIND_NAME[children[0].kind_id] in ("`", "$`"):
             self.claimed.add(node.end_byte - 1)
             inner = self.text(node)[1:-1]
@@ -1305,6 +1294,72 @@ class _Walk:
                     node,
                     "`",
                 )
+
+    def reads_file(self, node: Node, children: list[Node]) -> None:
+        """Decide a substitution whose last command is only ``< FILE`` as ``cat FILE``.
+
+        bash prints the file there (``$(< f)`` is its ``$(cat f)``): in ``$( )``,
+        backticks and ``<( )``/``>( )`` it runs the substitution's text one line at a
+        time, and reads the file instead of opening it when the line it ran last is
+        one simple command of exactly one input redirection (``<`` on fd 0), neither
+        in the background nor timed. Comments, blank lines and earlier lines do not
+        matter: ``$(< f #<newline>)``, ``$(#c<newline>< f)``, ``$(a<newline>< f)`` read f, and so does
+        ``$(< f;)``. ``$(< f 2>/dev/null)``, ``$(< f < g)``, ``$(< f <<<x)``,
+        ``$(< f &)`` and ``$(3< f)`` only open it. What counts as a line: bash
+        reprints a ``$( )`` or ``<( )`` it parsed, so there only a newline that ends a
+        command starts one (``a;<newline>< f`` is one line) unless the command before ends in
+        a here-document; backticks and substitutions in a here-document body are run
+        from the raw text, where every newline does. Where the two could differ, the
+        file is counted as read.
+        """
+        statements = [c for c in children
+                      if _NAMED[c.kind_id] and c.kind_id not in _COMMENT]
+        if not statements:
+            return
+        last = statements[-1]
+        redirect = last
+        if _KIND_NAME[last.kind_id] == "redirected_statement" and last.named_child_count == 1:
+            redirect = last.named_children[0]
+        if redirect.kind_id not in _FILE_REDIRECT:
+            return
+        parts = redirect.children
+        at = 0
+        if parts and _KIND_NAME[parts[0].kind_id] == "file_descriptor":
+            if self.text(parts[0]).strip("0"):
+                return  # 3< f opens f on another descriptor: nothing is printed
+            at = 1
+        if at >= len(parts) or _KIND_NAME[parts[at].kind_id] != "<":
+            return
+        after = [_KIND_NAME[c.kind_id] for c in children if c.start_byte >= last.end_byte]
+        if "&" in after:
+            return  # "< f &" runs in the background: opened, never printed
+        if len(statements) > 1:
+            previous = statements[-2]
+            between = [_KIND_NAME[c.kind_id] for c in children
+                       if previous.end_byte <= c.start_byte < last.start_byte]
+            raw = _KIND_NAME[children[0].kind_id] in ("`", "$`") or self.in_heredoc_body(node)
+            if raw:
+                starts_line = b"\n" in self.data[previous.start_byte:last.start_byte]
+            else:
+                starts_line = (";" not in between and "&" not in between) or (
+                    b"\n" in self.data[previous.start_byte:previous.end_byte])
+            if not starts_line:
+                return
+        target = [c for c in parts[at + 1:] if _NAMED[c.kind_id]]
+        self.commands.append(SimpleCommand(
+            "command", (Word("cat", "cat", "cat", True), *self.words(target)), (),
+            self.text(node), self.offset(node.start_byte)))
+
+    @staticmethod
+    def in_heredoc_body(node: Node) -> bool:
+        """Whether ``node`` lies in a here-document body (whose substitutions bash
+        parses from the raw text when it expands the body)."""
+        parent = node.parent
+        while parent is not None:
+            if _KIND_NAME[parent.kind_id] == "heredoc_body":
+                return True
+            parent = parent.parent
+        return False
 
     def operator(self, child: Node, ck: int, parent: str, first: bool) -> None:
         token = _KIND_NAME[ck]

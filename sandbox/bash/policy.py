@@ -54,7 +54,9 @@ from .parse import (
     parse_prefix,
     scan_word,
 )
-from .specs import ProgramSpec, builtin_specs, check_spec
+from .protected import DEFAULTS as DEFAULT_PROTECTED
+from .protected import resolve_patterns as resolve_protected
+from .specs import ProgramSpec, builtin_specs, check_spec, runs_programs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -545,6 +547,34 @@ def _limit(name: str, value: object, *, optional: bool, maximum: int | None = No
         raise ConfigurationError(f"{name}={value!r} is invalid: it must be at most {maximum}.")
 
 
+def _allowed_domains(policy: BashToolPolicy) -> tuple[str, ...]:
+    """allowed_domains as a tuple, every entry checked (a bad one is named)."""
+    from .network.allowlist import Allowlist
+
+    entries = policy.allowed_domains
+    if isinstance(entries, list):
+        entries = tuple(entries)
+    Allowlist.parse(entries)
+    if not isinstance(policy.ask_for_unlisted_domains, bool):
+        raise ConfigurationError(
+            f"ask_for_unlisted_domains={policy.ask_for_unlisted_domains!r} is invalid: use "
+            "True or False."
+        )
+    if policy.network != "allowlist" and (entries or policy.ask_for_unlisted_domains):
+        what = "allowed_domains" if entries else "ask_for_unlisted_domains"
+        raise ConfigurationError(
+            f"{what} is set but network={policy.network!r}: domains are only let through "
+            "with network='allowlist'. Set network='allowlist', or remove " + what + "."
+        )
+    if policy.network == "allowlist" and not entries and not policy.ask_for_unlisted_domains:
+        raise ConfigurationError(
+            "network='allowlist' with no allowed_domains and ask_for_unlisted_domains=False "
+            "lets nothing through: list the names (e.g. allowed_domains=('pypi.org', "
+            "'*.pythonhosted.org')), or use network='none'."
+        )
+    return entries
+
+
 @dataclass(frozen=True)
 class BashToolPolicy:
     """Which bash commands an agent may run, and the limits they run under.
@@ -591,9 +621,20 @@ class BashToolPolicy:
     writable_paths: tuple[str, ...] = ()
     network: str = "none"
     confinement: str = "best-effort"
+    # network="allowlist": the names a command may reach through the egress proxy
+    # (sandbox/bash/network/), and whether an unlisted one is asked for.
+    allowed_domains: tuple[str, ...] = ()
+    ask_for_unlisted_domains: bool = False
+    # Read-only inside the writable workspace, whatever program writes (see
+    # sandbox/bash/protected.py): "@default" is the default list, "!name" takes one out.
+    protected_paths: tuple[str, ...] = (DEFAULT_PROTECTED,)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+        set_(self, "allowed_domains", _allowed_domains(self))
+        if not isinstance(self.protected_paths, str):
+            set_(self, "protected_paths", tuple(self.protected_paths))
+        resolve_protected(self.protected_paths)  # raises naming a bad entry
         for name in ("readable_paths", "writable_paths"):
             set_(self, name, _tuple_of_str(name, getattr(self, name), "('/opt/tools',)",
                                            blank_ok=True))  # fmt: skip
@@ -764,6 +805,10 @@ class BashToolPolicy:
             return False
         if not no_confirm.entries or not script.commands or script.functions:
             return True
+        if self.program_specs and any(
+                cmd.words and runs_programs(cmd.words, self.program_specs) is not None
+                for cmd in script.commands):
+            return True  # the spec says this command line runs another program
         for redirect in script.redirects:
             target = redirect.target
             if redirect.operator == ">&" and target is not None and target.value is not None:
@@ -1059,8 +1104,19 @@ class BashToolPolicy:
         return f"Allowed prefixes: {_shown(listed, 400)}."
 
     def _spec(self, cmd: SimpleCommand, specs: Mapping[str, ProgramSpec]) -> _Blocked | None:
-        """R7 as an allowlist: the command line must fit its program's spec."""
-        violation = check_spec(cmd.words, specs)
+        """R7 as an allowlist: the command line must fit its program's spec; a command
+        line its spec marks as running another program (``runs_programs``, ``unlisted_options
+        = "ask"``) is refused under a read-only policy (`needs_confirmation` asks otherwise)."""
+        runs: list[str] = []
+        violation = check_spec(cmd.words, specs, runs)
+        if violation is None and runs and self.filesystem == "read-only":
+            return _Blocked(
+                "R7",
+                f"{runs[0]}; this policy is read-only (filesystem = \"read-only\") and runs "
+                "no program that another program starts from its options. Run it without that.",
+                cmd.text,
+                cmd.words[0].text,
+            )
         if violation is None:
             return None
         return _Blocked(
@@ -1188,8 +1244,15 @@ class BashToolPolicy:
         """Load a policy file. Keys are the field names; sizes may be written as
         ``"512MiB"``; ``false`` means None for an optional limit or the timeout;
         ``[[hardening]]`` tables add rules to the default table (set
-        ``default_hardening = false`` to start from an empty one)."""
-        file = Path(path)
+        ``default_hardening = false`` to start from an empty one).
+
+        ``path`` is a file's path; a bare name given as a string (no ``/``, not ending
+        in ``.toml``) is a policy's name, as in `sandbox.policies.resolve`: a shipped policy or one of
+        ``$SANDBOX_POLICY_PATH``, never a file of the current directory."""
+        from .. import policies
+
+        named = isinstance(path, str) and policies.is_name(path)
+        file = policies.resolve(path) if named else Path(path)
         try:
             text = file.read_text(encoding="utf-8")
         except OSError as exc:

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 __all__ = ["from_mapping"]
 
 _STRING_TUPLES = ("allowed_command_prefixes", "blocked_operators", "inherit_env",
-                  "no_confirmation_prefixes", "readable_paths", "writable_paths")  # fmt: skip
+                  "no_confirmation_prefixes", "readable_paths", "writable_paths",
+                  "allowed_domains", "protected_paths")  # fmt: skip
 _CHOICES = {"filesystem": FILESYSTEM_MODES, "network": NETWORK_MODES,
             "confinement": CONFINEMENT_MODES}  # fmt: skip
 _OPTIONAL_LIMITS = ("max_memory_bytes", "max_file_size_bytes", "max_child_processes")
@@ -104,6 +105,12 @@ def from_mapping(
                 raise PolicyFileError(
                     f'{source}: rlimits_via = {value!r} is invalid: write "preexec_fn" or '
                     '"prologue".'
+                )
+            kwargs[key] = value
+        elif key == "ask_for_unlisted_domains":
+            if not isinstance(value, bool):
+                raise PolicyFileError(
+                    f"{source}: {key} = {value!r} is invalid: write true or false."
                 )
             kwargs[key] = value
         elif key == "drop_privileges":

@@ -30,17 +30,19 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import fcntl
 import os
 import pwd
 import resource
 import shutil
 import signal
+import socket
 import stat
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -48,17 +50,39 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from sandbox.bash import protected as _protected
 from sandbox.bash.capture import BoundedCapture, decoded, drain_buffered, pump, set_pipe_size
 from sandbox.bash.child import ChildSetup, bash_posix_mode, shell_prologue, spawn_key
-from sandbox.bash.confinement import Confinement, ConfinementRequest, describe_kernel, plan
+from sandbox.bash.confinement import (
+    Confinement,
+    ConfinementRequest,
+    describe_kernel,
+    initial_user_namespace,
+    namespace_admin,
+    plan,
+)
 from sandbox.bash.confinement import detect as detect_confinement
 from sandbox.bash.containment import MECHANISMS, Tree, availability, choose, open_tree
+from sandbox.bash.network.allowlist import Allowlist
+from sandbox.bash.network.handover import receive_listeners
+from sandbox.bash.network.proxy import (
+    HTTP_PORT,
+    SOCKS_PORT,
+    Attachment,
+    proxy_environment,
+    shared_proxy,
+)
 from sandbox.bash.spawner import STALE, SpawnedProcess, Spawner, SpawnerError, remove_tree
 from sandbox.errors import ConfigurationError, SandboxError
+
+# How long the child may take to hand the proxy's listeners over (its set-up, before
+# exec: milliseconds unless the machine is overloaded).
+_HANDOVER_SECONDS = 30.0
 
 __all__ = [
     "BashProcess",
     "Limits",
+    "NetworkAccess",
     "ProcessResult",
     "detect_protections",
     "find_bash",
@@ -163,6 +187,19 @@ class ProcessResult:
     killed_processes: int
     nproc_enforcement: str | None
     protections: dict[str, str] | None = None
+    # network="allowlist": what the egress proxy let through and refused for this run
+    # ({"allowed": [{"destination", "connections"}], "denied": [... "reason"]}).
+    network: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class NetworkAccess:
+    """What network="allowlist" needs at run time: the parsed allowed_domains, and how
+    to ask about a name nobody listed (None: refuse it). ``ask(host, port)`` is awaited
+    on the caller's loop."""
+
+    allowlist: Allowlist
+    ask: Callable[[str, int], Awaitable[bool]] | None = None
 
 
 # --------------------------------------------------------------------------- spawning
@@ -381,6 +418,19 @@ def _usable_by(path: Path, uid: int, gid: int, need_write: bool) -> bool:
     return st.st_mode & bits == bits
 
 
+def _mapped(kind: str, value: int) -> bool:
+    """Whether `value` is a uid ("uid") or gid ("gid") of this user namespace."""
+    try:
+        with open(f"/proc/self/{kind}_map") as f:
+            for line in f:
+                inside, _outside, count = (int(x) for x in line.split())
+                if inside <= value < inside + count:
+                    return True
+    except (OSError, ValueError):
+        return True  # no user namespaces: every id exists
+    return False
+
+
 def _unprivileged_identity(cwd: str) -> tuple[int, int]:
     """The uid/gid a dropped command runs as: the workspace owner if that is not root
     (so the workspace stays writable), else nobody (then the workspace must be
@@ -398,6 +448,14 @@ def _unprivileged_identity(cwd: str) -> tuple[int, int]:
             uid, gid = entry.pw_uid, entry.pw_gid
         except KeyError:
             uid, gid = NOBODY, NOBODY
+    for kind, value in (("uid", uid), ("gid", gid)):
+        if not _mapped(kind, value):
+            raise ConfigurationError(
+                f"drop_privileges: {kind} {value} does not exist in this user namespace (a "
+                "rootless container that maps only its own ids): root here is an ordinary "
+                "user of the host already; pass drop_privileges=False, or map more ids "
+                "(/etc/subuid, /etc/subgid)"
+            )
     workspace = Path(cwd).resolve()
     for directory in workspace.parents:
         if not _usable_by(directory, uid, gid, need_write=False):
@@ -465,6 +523,7 @@ async def run_bash(
     containment: str = "auto",
     rlimits_via: str = "preexec_fn",
     confinement: ConfinementRequest | None = None,
+    network: NetworkAccess | None = None,
 ) -> ProcessResult:
     """Run `bash --norc --noprofile -c command` and return what happened.
 
@@ -481,7 +540,8 @@ async def run_bash(
     confined run gets a private temporary directory (TMPDIR, removed afterwards) and
     is set up entirely by a preexec_fn: the cgroup placement must precede Landlock.
     Raises confinement.ConfinementUnavailable when it is "required" and the kernel
-    lacks a layer.
+    lacks a layer. network: with confinement.network == "allowlist", the names the
+    agent's egress proxy lets through (sandbox/bash/network/).
 
     Raises ConfigurationError for a missing workspace, a missing bash, a forbidden env
     variable or an unusable limit; OSError if the kernel refuses the spawn. When the
@@ -512,7 +572,15 @@ async def run_bash(
         uid, gid = _unprivileged_identity(workdir)
     confined = confinement is not None and confinement.mode != "none"
     mechanism = choose(containment, shell)
-    if confined and mechanism == "pidns":
+    # A confined run with a private /proc is the first process of a PID namespace of its
+    # own (the spawner forks it so, in a user namespace of its own without CAP_SYS_ADMIN):
+    # the whole tree dies with it. Better than any mechanism but the cgroups (which also
+    # bound the run's processes and memory as a whole).
+    own_pidns = confined and containment in ("auto", "pidns") and mechanism in (
+        "pidns", "subreaper", "killpg") and detect_confinement().has("private-proc")  # fmt: skip
+    if own_pidns:
+        mechanism = "pidns"
+    elif confined and mechanism == "pidns":
         # `unshare --pid` needs the capabilities the confinement has dropped by then.
         if containment != "auto":
             raise ConfigurationError(
@@ -529,6 +597,8 @@ async def run_bash(
 
     tmpdir: str | None = None
     protections: dict[str, str] | None = None
+    attachment: Attachment | None = None
+    network_report: dict[str, Any] | None = None
     limited = limits.max_child_processes is not None
     # The subreaper's supervisor needs its cgroups granted: that tree comes first.
     tree = open_tree(mechanism, limit_processes=limited, shell=shell) if (
@@ -549,11 +619,22 @@ async def run_bash(
                 readable_paths=(*confinement.readable_paths, *extra_read),
                 writable_paths=(*confinement.writable_paths, *extra_write),
             )
+            # Scanned for each run: part of the signature, so that a reservation made
+            # before a protected path appeared is not taken (sandbox/bash/protected.py).
+            plan_request = await _protected.attach(plan_request, workdir)
         # A run set up in the child (all of it, below, once it takes a reservation)
         # can take a run reserved ahead (its tree and TMPDIR), whose zygote has set
         # itself up for it already; not one that asked for its rlimits in a prologue.
-        reservable = tree is None and mechanism in _RESERVABLE and (
-            uid is not None or confined or rlimits_via == "preexec_fn")  # fmt: skip
+        proxied = plan_request is not None and plan_request.network == "allowlist"
+        if proxied and network is None:
+            raise ConfigurationError(
+                "network='allowlist' needs the allowed names: pass network=NetworkAccess("
+                "Allowlist.parse([...])) to run_bash (ExecuteBashTool does)"
+            )
+        # Not with the egress proxy: its listeners are made at exec time, in the
+        # command's own namespace, which a zygote would have made ahead.
+        reservable = tree is None and (mechanism in _RESERVABLE or own_pidns) and (
+            not proxied) and (uid is not None or confined or rlimits_via == "preexec_fn")
         signature = (mechanism, shell, plan_request, workdir, uid, gid)
         if reservable:
             global _last_signature
@@ -573,6 +654,9 @@ async def run_bash(
                 )
         if tmpdir is not None:
             env = {**env, "TMPDIR": tmpdir}
+        proxy_ready = proxied and plan_confinement is not None and plan_confinement.loopback_up
+        if proxy_ready:
+            env = {**env, **proxy_environment()}
         home = env.get("HOME")
         if (
             plan_confinement is not None
@@ -588,7 +672,8 @@ async def run_bash(
                            "of the command's reach; it is the private TMPDIR instead"}  # fmt: skip
         setup = ChildSetup(rlimits=rlimits, uid=uid, gid=gid, confinement=plan_confinement)
         if tree is None:
-            tree = open_tree(mechanism, limit_processes=limited, shell=shell)
+            tree = open_tree(mechanism, limit_processes=limited, shell=shell,
+                             own_pid_namespace=own_pidns)  # fmt: skip
         argv, setup = tree.command([shell, "--norc", "--noprofile", "-c", command], setup)
         # Placement must precede an identity change, which a prologue running in the
         # unprivileged shell cannot do, and Landlock, after which the cgroup files are
@@ -620,11 +705,26 @@ async def run_bash(
         # prepared from changed since (/etc, a workspace made again): it runs nothing
         # and says so, and the command goes through the spawner instead. Not with
         # descriptors to pass (the subreaper's), which are ours only once.
-        offer = not tree.pass_fds
+        offer = not tree.pass_fds and not proxy_ready
         for attempt in (1, 2):
+            channel: socket.socket | None = None
+            spawn_setup, extra_fds = child_setup, tuple[int, ...]()
+            if proxy_ready and child_setup is not None and child_setup.confinement is not None:
+                # The child hands the proxy's listeners over from inside its namespace.
+                channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                # A passed descriptor keeps its number in the child, where the spawner's
+                # own descriptors (the prepared Landlock rules' paths among them) hold
+                # the low numbers: a number from the top of the range clashes with none.
+                high = _high_descriptor(theirs.fileno())
+                theirs.close()
+                extra_fds = (high,)
+                spawn_setup = replace(child_setup, confinement=replace(
+                    child_setup.confinement, proxy_ports=(HTTP_PORT, SOCKS_PORT),
+                    proxy_channel=high))  # fmt: skip
             try:
                 process = BashProcess.spawn(
-                    argv, cwd=workdir, env=env, setup=child_setup, pass_fds=tree.pass_fds,
+                    argv, cwd=workdir, env=env, setup=spawn_setup,
+                    pass_fds=(*tree.pass_fds, *extra_fds),
                     kill_files=tree.kill_files, use_offer=offer and attempt == 1,
                 )
             except SpawnerError as e:
@@ -635,9 +735,25 @@ async def run_bash(
                 ) from None
             finally:
                 tree.spawned()
+                if extra_fds:
+                    os.close(extra_fds[0])
+            if channel is not None:
+                assert network is not None
+                with channel:
+                    try:
+                        listeners = await receive_listeners(channel, 2, _HANDOVER_SECONDS)
+                    except OSError:
+                        listeners = []  # its set-up failed first: setup_error says why
+                if listeners:
+                    proxy = shared_proxy()
+                    attachment = proxy.attach(listeners, network.allowlist, command=command,
+                                              ask=network.ask)  # fmt: skip
             out, err, returncode, timed_out, killed = await _supervise(
                 process, tree, timeout, max_output_bytes
             )
+            if attachment is not None:
+                network_report = shared_proxy().detach(attachment)
+                attachment = None
             setup_error = process.setup_error()
             if setup_error is None or STALE not in setup_error or attempt == 2:
                 break
@@ -647,6 +763,8 @@ async def run_bash(
                 process.close()
                 process = None
     finally:
+        if attachment is not None:  # cancelled while it ran: its connections go too
+            shared_proxy().detach(attachment)
         with anyio.CancelScope(shield=True):
             try:
                 if process is not None:
@@ -681,6 +799,11 @@ async def run_bash(
         nproc = "pids-cgroup"
     elif uid is not None:
         nproc = f"setuid:{uid}"
+    elif (plan_confinement is not None and plan_confinement.new_userns
+          and plan_confinement.private_proc):  # fmt: skip
+        # RLIMIT_NPROC counts per user namespace and uid (Linux 5.14+ ucounts): in the
+        # command's own, it counts the command's processes only.
+        nproc = "rlimit-userns"
     elif os.geteuid() != 0:
         nproc = "rlimit"
     else:
@@ -698,7 +821,16 @@ async def run_bash(
         killed_processes=killed,
         nproc_enforcement=nproc,
         protections=protections,
+        network=network_report if proxied else None,
     )
+
+
+def _high_descriptor(fd: int) -> int:
+    """A close-on-exec duplicate of ``fd`` numbered at least 3/4 of the way up to the
+    descriptor limit (at most 1000), so that it is free in the spawner's child too."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    floor = min(1000, max(64, soft * 3 // 4)) if soft != resource.RLIM_INFINITY else 1000
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor)
 
 
 # --------------------------------------------------------------------------- reservation
@@ -823,7 +955,8 @@ def _reserve(signature: tuple[Any, ...], plan_request: ConfinementRequest | None
                     confinement, protections = plan(
                         plan_request, workspace=workdir, tmpdir=tmpdir,
                         drops_to_uid=uid is not None)  # fmt: skip
-                tree = open_tree(mechanism, limit_processes=True, shell=shell)
+                tree = open_tree(mechanism, limit_processes=True, shell=shell,
+                                 own_pid_namespace=mechanism == "pidns")  # fmt: skip
                 made.append(tree)
                 key = ChildSetup(cgroup_procs=tree.placement_files, uid=uid, gid=gid,
                                  confinement=confinement)  # fmt: skip
@@ -940,8 +1073,11 @@ def detect_protections() -> dict[str, Any]:
 
     Probes each mechanism once per process (a few milliseconds; cached).
     """
-    root = os.geteuid() == 0
-    report: dict[str, Any] = {"running_as_root": root}
+    # Root of the machine: uid 0 of the first user namespace. Root of a rootless
+    # container is an ordinary uid to the kernel's RLIMIT_NPROC.
+    root = os.geteuid() == 0 and initial_user_namespace()
+    report: dict[str, Any] = {"running_as_root": os.geteuid() == 0,
+                              "in_user_namespace": not initial_user_namespace()}
     try:
         shell = find_bash()
     except ConfigurationError as e:
@@ -953,16 +1089,33 @@ def detect_protections() -> dict[str, Any]:
         found = availability(name, shell)
         mechanisms[name] = {"available": found.available, "detail": found.detail}
     report["mechanisms"] = mechanisms
-    report["containment"] = choose("auto", shell)
+    unconfined = choose("auto", shell)
+    kernel = detect_confinement()
+    # What runs really use: a confined run (the default) with a private /proc is the
+    # first process of a PID namespace of its own, which beats all but the cgroups.
+    if unconfined in ("pidns", "subreaper", "killpg") and kernel.has("private-proc"):
+        report["containment"] = "pidns"
+        report["containment_detail"] = (
+            "confined runs: a PID namespace of the command's own, made by the spawner"
+            + ("" if namespace_admin() and initial_user_namespace()
+               else " in a user namespace of the command's own")
+            + f"; runs with confinement='none': {unconfined}")
+    else:
+        report["containment"] = unconfined
+        report["containment_detail"] = f"every run: {unconfined}"
     pids = availability("pids", shell)
     if pids.available:
         nproc = "pids-cgroup"
     elif root:
         nproc = "rlimit-only(ineffective as root)"
+    elif kernel.has("private-proc") and not (namespace_admin() and initial_user_namespace()):
+        # Each command in a user namespace of its own: RLIMIT_NPROC counts its own.
+        nproc = "rlimit-userns"
     else:
         nproc = "rlimit"
     report["max_child_processes"] = {
-        "enforcement": nproc,
+        "enforcement": nproc,  # confined runs (the default)
+        "enforcement_unconfined": nproc if nproc != "rlimit-userns" else "rlimit",
         "pids_cgroup": {"available": pids.available, "detail": pids.detail},
         "with_drop_privileges": "pids-cgroup" if pids.available else "setuid:<uid>",
     }
@@ -988,7 +1141,9 @@ def detect_protections() -> dict[str, Any]:
         "RLIMIT_FSIZE": raise_again if root else "enforced",
         "RLIMIT_NPROC": "ineffective for root (uid 0 is exempt even without capabilities)"
         if root
-        else "enforced per uid",
+        else "enforced, counting the command's own processes (its own user namespace)"
+        if nproc == "rlimit-userns"
+        else "enforced per uid (counts every process of this uid)",
         "RLIMIT_CORE": "0 whenever a limit is set",
     }
     confinement = describe_kernel()
@@ -1005,4 +1160,24 @@ def detect_protections() -> dict[str, Any]:
         if root
         else "only by processes of the same uid (the command runs as this uid)"
     )
+    report["network"] = network_modes(confined)
     return report
+
+
+def network_modes(confined: Any) -> dict[str, str]:
+    """What each policy `network` mode gives a command on this machine."""
+    netns = confined.has("netns")
+    why = "" if netns else confined.missing.get("netns", "no network namespace")
+    fallback = "TCP denied by Landlock" if confined.has("landlock-net") else (
+        "no TCP restriction at all: Landlock's network rules are missing too")  # fmt: skip
+    return {
+        "none": "available: an empty network namespace" if netns
+        else f"degraded: {why}; {fallback}",
+        "loopback": "available: a private namespace per command, lo up" if netns
+        else f"degraded: {why}; {fallback}",
+        "allowlist": "available: a private namespace per command holding only the "
+        "agent's egress proxy (HTTP 127.0.0.1:3128, SOCKS5 127.0.0.1:1080); names "
+        "checked against allowed_domains, resolved by the proxy" if netns
+        else f"degraded: {why}; {fallback} (no proxy can be reached)",
+        "host": "the host's network, unrestricted",
+    }

@@ -128,7 +128,8 @@ class _Unpickler(pickle.Unpickler):
     message naming any other class (code to run, for pickle) is refused."""
 
     _ALLOWED = frozenset({("sandbox.bash.child", "ChildSetup"),
-                          ("sandbox.bash.confinement", "Confinement")})  # fmt: skip
+                          ("sandbox.bash.confinement", "Confinement"),
+                          ("sandbox.bash.protected", "ProtectedPaths")})  # fmt: skip
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in self._ALLOWED:

@@ -46,13 +46,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["ProgramSpec", "SpecViolation", "builtin_specs", "check_spec", "specs_from_mapping"]
+__all__ = ["ProgramSpec", "SpecViolation", "builtin_specs", "check_spec", "runs_programs",
+           "specs_from_mapping"]
 
 _NONE, _REQUIRED, _OPTIONAL = "none", "required", "optional"
 _SPEC_KEYS = frozenset({
     "options", "value_options", "optional_value_options", "operands", "operand_pattern",
     "script_options", "analyzer", "subcommands", "single_dash_long", "any_options", "why",
-    "examples", "bundles",
+    "examples", "bundles", "runs_programs", "unlisted_options",
 })  # fmt: skip
 
 
@@ -86,6 +87,9 @@ class ProgramSpec:
     why: str = ""
     examples: Mapping[str, str] = field(default_factory=dict)
     bundles: bool = True
+    runs_programs: bool = False
+    program_options: frozenset[str] = frozenset()
+    ask_unlisted: bool = False
 
     @property
     def long_options(self) -> tuple[str, ...]:
@@ -147,6 +151,22 @@ def spec_from_mapping(name: str, data: Mapping[str, Any], *, source: str) -> Pro
             isinstance(k, str) and isinstance(v, str) for k, v in examples.items()):
         raise ConfigurationError(f"{where}: examples must map options to sample values")
     subcommands = _tuple(where, "subcommands", data.get("subcommands", []))
+    runs = data.get("runs_programs", False)
+    program_options: frozenset[str] = frozenset()
+    if isinstance(runs, bool):
+        whole = runs
+    else:
+        whole = False
+        program_options = frozenset(_tuple(where, "runs_programs", runs))
+        for option in program_options:
+            if option not in options:
+                raise ConfigurationError(
+                    f"{where}: runs_programs lists {option!r}, which is not one of its options; "
+                    "list it under options or value_options too")
+    unlisted = data.get("unlisted_options", "refuse")
+    if unlisted not in ("refuse", "ask"):
+        raise ConfigurationError(
+            f"{where}: unlisted_options must be \"refuse\" or \"ask\", got {unlisted!r}")
     return ProgramSpec(
         name=name,
         options=MappingProxyType(options),
@@ -160,6 +180,9 @@ def spec_from_mapping(name: str, data: Mapping[str, Any], *, source: str) -> Pro
         why=str(data.get("why", "")),
         examples=MappingProxyType(dict(examples)),
         bundles=bool(data.get("bundles", True)),
+        runs_programs=whole,
+        program_options=program_options,
+        ask_unlisted=unlisted == "ask",
     )
 
 
@@ -217,16 +240,43 @@ def _could_be_option(word: Word) -> bool:
     return word.prefix == "" or word.prefix.startswith("-")
 
 
-def check_spec(words: Sequence[Word], specs: Mapping[str, ProgramSpec]) -> SpecViolation | None:
-    """Check ``words`` (argv, the program first) against the program's spec, if any."""
+def check_spec(words: Sequence[Word], specs: Mapping[str, ProgramSpec],
+               runs: list[str] | None = None) -> SpecViolation | None:
+    """Check ``words`` (argv, the program first) against the program's spec, if any.
+
+    ``runs``, when given, collects why the command line runs another program (see
+    `runs_programs`); a spec with ``unlisted_options = "ask"`` then puts what goes
+    beyond it there instead of returning a violation."""
     spec = specs.get(words[0].shown)
     if spec is None:
         return None
-    return _check(spec, words, 1, specs)
+    return _check(spec, words, 1, specs, runs)
+
+
+def runs_programs(words: Sequence[Word], specs: Mapping[str, ProgramSpec]) -> str | None:
+    """Why the command line ``words`` makes its program run another program, as its
+    spec says (``runs_programs``, ``unlisted_options = "ask"``), or None."""
+    runs: list[str] = []
+    if check_spec(words, specs, runs) is not None:
+        return None
+    return runs[0] if runs else None
 
 
 def _check(spec: ProgramSpec, words: Sequence[Word], i: int,
-           specs: Mapping[str, ProgramSpec]) -> SpecViolation | None:
+           specs: Mapping[str, ProgramSpec], runs: list[str] | None = None) -> SpecViolation | None:
+    if spec.runs_programs and runs is not None:
+        runs.append(f"{spec.name!r} runs other programs" + (f" ({spec.why})" if spec.why else ""))
+    if spec.ask_unlisted and runs is not None:
+        problem = _check_strict(spec, words, i, specs, runs)
+        if problem is not None:
+            runs.append(f"{problem.message}, and {spec.name} may then run a program the "
+                        f"{spec.name!r} spec does not know of" + (f" ({spec.why})" if spec.why else ""))
+        return None
+    return _check_strict(spec, words, i, specs, runs)
+
+
+def _check_strict(spec: ProgramSpec, words: Sequence[Word], i: int,
+                  specs: Mapping[str, ProgramSpec], runs: list[str] | None) -> SpecViolation | None:
     operands: list[Word] = []
     scripts: list[str] = []
     options_done = False
@@ -256,7 +306,7 @@ def _check(spec: ProgramSpec, words: Sequence[Word], i: int,
             if spec.subcommands and not operands and not options_done:
                 sub = f"{spec.name} {value}" if value is not None else None
                 if sub in spec.subcommands:
-                    return _check(specs[sub], words, i + 1, specs)
+                    return _check(specs[sub], words, i + 1, specs, runs)
                 allowed = ", ".join(s.split()[-1] for s in spec.subcommands)
                 return SpecViolation(spec.name, word.text,
                                      f"{word.shown!r} is not a subcommand the {spec.name!r} spec "
@@ -271,7 +321,7 @@ def _check(spec: ProgramSpec, words: Sequence[Word], i: int,
         if spec.any_options:
             i += 1
             continue
-        step, problem = _option(spec, words, i, scripts)
+        step, problem = _option(spec, words, i, scripts, runs)
         if problem is not None:
             return problem
         i += step
@@ -313,7 +363,7 @@ def _check(spec: ProgramSpec, words: Sequence[Word], i: int,
 
 
 def _option(spec: ProgramSpec, words: Sequence[Word], i: int,
-            scripts: list[str]) -> tuple[int, SpecViolation | None]:
+            scripts: list[str], runs: list[str] | None = None) -> tuple[int, SpecViolation | None]:
     """Read the option word ``words[i]``: how many words it used, or what is wrong."""
     value = words[i].value
     assert value is not None
@@ -322,6 +372,7 @@ def _option(spec: ProgramSpec, words: Sequence[Word], i: int,
 
     def takes(option: str, attached: str | None) -> tuple[int, SpecViolation | None]:
         kind = options[option]
+        _runs(spec, option, runs)
         if kind == _NONE:
             if attached is not None:
                 return 0, SpecViolation(spec.name, value,
@@ -380,10 +431,17 @@ def _option(spec: ProgramSpec, words: Sequence[Word], i: int,
         if options[option] != _NONE:
             rest = value[j + 1:]
             if options[option] == _OPTIONAL:
+                _runs(spec, option, runs)
                 return 1, None  # -I[FMT]: an optional value is glued or absent
             return takes(option, rest if rest else None)
+        _runs(spec, option, runs)
         j += 1
     return 1, None
+
+
+def _runs(spec: ProgramSpec, option: str, runs: list[str] | None) -> None:
+    if option in spec.program_options and runs is not None:
+        runs.append(f"{option} makes {spec.name} run another program")
 
 
 def _unlisted(spec: ProgramSpec, option: str, *, bundle: str | None = None) -> SpecViolation:

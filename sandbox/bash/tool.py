@@ -21,9 +21,12 @@ from ..tools.base import BaseTool, ToolArgumentError
 from ..tools.context import ToolContext
 from . import display as _display  # noqa: F401 - registers the "bash" highlighter
 from .confinement import ConfinementRequest
+from .gitguard import guard_readable_paths, guarded_env
+from .network.allowlist import Allowlist
 from .parse import ParseOffLoop, escape_controls, loop_budget
 from .policy import BashToolPolicy, PolicyDecision
-from .process import Limits, ProcessResult, _unprivileged_identity, run_bash
+from .process import Limits, NetworkAccess, ProcessResult, _unprivileged_identity, run_bash
+from .protected import resolve_patterns as resolve_protected
 
 # A command is decided on the event loop only when that is cheap: a decision already
 # made, or a command of at most this many characters that needs no parse worker and
@@ -93,11 +96,14 @@ class ExecuteBashTool(BaseTool):
         self._decide = functools.lru_cache(maxsize=256)(policy.check)
         self._confinement = ConfinementRequest(
             filesystem=policy.filesystem,
-            readable_paths=policy.readable_paths,
+            # the git guard (gitguard.py) is first on every command's PATH
+            readable_paths=(*policy.readable_paths, *guard_readable_paths()),
             writable_paths=policy.writable_paths,
             network=policy.network,
             mode=policy.confinement,
+            protected_paths=resolve_protected(policy.protected_paths),
         )
+        self._allowlist = Allowlist.parse(policy.allowed_domains)
         self._limits = Limits(
             max_memory_bytes=policy.max_memory_bytes,
             max_file_size_bytes=policy.max_file_size_bytes,
@@ -209,13 +215,29 @@ class ExecuteBashTool(BaseTool):
                 return {"error": "This tool call requires confirmation, please approve or reject."}
         if confirmation is not None and not confirmation.confirmed:
             return {"error": "This tool call is rejected."}
-        return await self._run(command)
+        return await self._run(command, self._network_access(tool_context, command))
 
-    async def _run(self, command: str) -> dict[str, Any]:
+    def _network_access(self, tool_context: ToolContext | None, command: str = ""
+                        ) -> NetworkAccess | None:  # fmt: skip
+        """network="allowlist": the allowlist, and a way to ask about an unlisted name
+        when the policy says so and the runner offers one (ToolContext.ask_network)."""
+        if self.policy.network != "allowlist":
+            return None
+        asker = getattr(tool_context, "ask_network", None)
+        if not self.policy.ask_for_unlisted_domains or asker is None:
+            return NetworkAccess(self._allowlist)
+
+        async def ask(host: str, port: int) -> bool:
+            return bool(await asker(host, port, command))
+
+        return NetworkAccess(self._allowlist, ask=ask)
+
+    async def _run(self, command: str, network: NetworkAccess | None = None) -> dict[str, Any]:
         env = dict(self.policy.env)
         for name in self.policy.inherit_env:
             if name in os.environ:
                 env[name] = os.environ[name]
+        env = guarded_env(env)  # git runs no program a repository's config names
         try:
             outcome = await run_bash(
                 command,
@@ -227,6 +249,7 @@ class ExecuteBashTool(BaseTool):
                 drop_privileges=self._drop,
                 rlimits_via=self.policy.rlimits_via,
                 confinement=self._confinement,
+                network=network if network is not None else self._network_access(None),
             )
         except (ConfigurationError, OSError) as exc:
             return {"error": f"Execution failed: {exc}", "stdout": "", "stderr": "",
@@ -242,6 +265,8 @@ class ExecuteBashTool(BaseTool):
             "privileges": f"uid {self._identity[0]}" if self._drop else (
                 "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"),
         }
+        if outcome.network is not None:
+            result["network"] = outcome.network
         missing = (outcome.protections or {}).get("missing")
         if missing:
             result["confinement_missing"] = missing

@@ -94,8 +94,9 @@ def register(sub: Any) -> None:
     deny.add_argument("--reason", required=True, help="why (the model is told)")
     deny.set_defaults(handler=_deny)
 
-    edit = _action(actions, "edit", "answer with edited arguments (checked again before "
-                                    "anything runs)",
+    edit = _action(actions, "edit", "approve the call with edited arguments (validated, and "
+                                    "the policy's hard refusals checked again; then it runs "
+                                    "once, not asked again)",
                    "sandbox approvals edit cf_0123abcd --command 'ls -la build'\n"
                    "  sandbox approvals edit cf_0123abcd --args '{\"scope\": \"dry-run\"}'")
     edit.add_argument("id", help="the confirmation id")

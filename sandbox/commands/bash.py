@@ -71,22 +71,34 @@ def register(sub: Any) -> None:
         formatter_class=fmt,
     )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument("--policy", metavar="NAME|FILE", action="append", default=[],
+                        help="also report what this policy switches off (repeatable); the "
+                             "shipped ones and those of $SANDBOX_POLICY_PATH always are")
     doctor.set_defaults(handler=_doctor)
 
 
 def _policy_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", metavar="NAME|FILE",
-                        help="a shipped policy (readonly, git-readonly, python-dev) or a "
-                             "policy TOML file (default: allow every command, 30 s timeout)")
+                        help="a policy's name (shipped: readonly, git-readonly, python-dev; "
+                             "or NAME.toml in a $SANDBOX_POLICY_PATH directory; never a file "
+                             "here) or a policy file's path (./mine.toml) (default: allow "
+                             "every command, 30 s timeout)")
 
 
-def _load_policy(reference: str | None) -> Any:
+def _load_policy(reference: str | None, verb: str) -> Any:
+    """The policy ``--policy`` names; what it switches off is printed on stderr."""
     from .. import policies
     from ..bash import BashToolPolicy
 
     if reference is None:
-        return BashToolPolicy()
-    return BashToolPolicy.from_toml(policies.resolve(reference))
+        policy = BashToolPolicy()
+    else:
+        policy = BashToolPolicy.from_toml(policies.resolve(reference))
+    warning = policies.banner(reference, policy)
+    if warning:
+        print(f"sandbox {verb}: " + warning.replace("\n", f"\nsandbox {verb}: "),
+              file=sys.stderr, flush=True)
+    return policy
 
 
 def _has_terminal() -> bool:
@@ -120,7 +132,7 @@ def _check(args: argparse.Namespace) -> int:
     if command is None:
         return 2
     try:
-        policy = _load_policy(args.policy)
+        policy = _load_policy(args.policy, "check")
     except (PolicyFileError, ConfigurationError, OSError) as exc:
         print(f"sandbox check: {exc}", file=sys.stderr)
         return 2
@@ -150,7 +162,7 @@ def _run(args: argparse.Namespace) -> int:
     if command is None:
         return 2
     try:
-        policy = _load_policy(args.policy)
+        policy = _load_policy(args.policy, "run")
         from ..bash import ExecuteBashTool
 
         tool = ExecuteBashTool(workspace=Path(args.workspace), policy=policy)
@@ -284,16 +296,54 @@ def _exit_status(result: dict[str, Any]) -> int:
     return 128 - code if code < 0 else int(code)
 
 
+def _policy_report(extra: list[str]) -> dict[str, Any]:
+    """Where policy names come from, and what each policy switches off (the shipped ones,
+    those of $SANDBOX_POLICY_PATH, and ``extra``)."""
+    from .. import policies
+    from ..bash import BashToolPolicy
+
+    report: dict[str, Any] = {"shipped_directory": str(policies.DIRECTORY),
+                              "search_path": [], "policies": {}}
+    try:
+        directories = policies.search_path()
+    except PolicyFileError as exc:
+        report["search_path_error"] = str(exc)
+        directories = ()
+    report["search_path"] = [str(d) for d in directories]
+    references: list[str] = list(policies.names())
+    for directory in directories:
+        if directory.is_dir():
+            references += sorted(p.stem for p in directory.glob("*.toml")
+                                 if p.stem not in references)
+    references += [r for r in extra if r not in references]
+    for reference in references:
+        entry: dict[str, Any] = {}
+        try:
+            if "search_path_error" in report and reference in policies.names():
+                path = policies.DIRECTORY / f"{reference}.toml"  # the error is said once
+            else:
+                path = policies.resolve(reference)
+            entry["file"] = str(path.resolve())
+            entry["open_walls"] = list(policies.open_walls(BashToolPolicy.from_toml(path)))
+        except (PolicyFileError, ConfigurationError, OSError) as exc:
+            entry["error"] = str(exc)
+        report["policies"][reference] = entry
+    return report
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from ..bash import detect_protections
 
     report = detect_protections()
+    report["policies"] = _policy_report(args.policy)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
         return 0
     print(f"sandbox doctor — {os.uname().sysname} {os.uname().release}, "
           f"{'root' if report.get('running_as_root') else 'uid ' + str(os.geteuid())}")
     print(f"  whole-tree kill:      {report.get('containment')}")
+    if report.get("containment_detail"):
+        print(f"                        ({report['containment_detail']})")
     for name, info in report.get("mechanisms", {}).items():
         mark = "yes" if info.get("available") else "no "
         print(f"    [{mark}] {name:16} {info.get('detail', '')}")
@@ -311,4 +361,23 @@ def _doctor(args: argparse.Namespace) -> int:
     for layer, state in confinement.get("layers", {}).items():
         mark = "yes" if state.startswith("available") else "no "
         print(f"    [{mark}] {layer:16} {state.split(': ', 1)[-1]}")
+    print("  network modes (the policy's network = ...):")
+    for mode, state in report.get("network", {}).items():
+        mark = "no " if state.startswith("degraded") else "yes"
+        print(f"    [{mark}] {mode:16} {state.split(': ', 1)[-1]}")
+    named = report["policies"]
+    search = ", ".join(named["search_path"]) or "not set"
+    print(f"  policies (a name is a shipped policy or one in $SANDBOX_POLICY_PATH: "
+          f"{search}; never a file of the current directory):")
+    if "search_path_error" in named:
+        print(f"    ERROR: {named['search_path_error']}")
+    for reference, entry in named["policies"].items():
+        if "error" in entry:
+            print(f"    [err] {reference}: {entry['error']}")
+        elif entry["open_walls"]:
+            print(f"    [!!!] {reference} ({entry['file']}) switches protections off:")
+            for wall in entry["open_walls"]:
+                print(f"            - {wall}")
+        else:
+            print(f"    [ok ] {reference} ({entry['file']})")
     return 0

@@ -43,8 +43,9 @@ examples:
       (Streamable HTTP at http://127.0.0.1:8931/mcp; the bearer token is printed on
        stderr, or give it in $SANDBOX_MCP_TOKEN)
 
-  --policy takes a shipped policy's name (readonly, git-readonly, python-dev) or a
-  TOML file. --tools takes path/to/file.py:ATTR (MCP hosts do not pass PYTHONPATH) or
+  --policy takes a policy's name (shipped: readonly, git-readonly, python-dev; or
+  NAME.toml in a directory of $SANDBOX_POLICY_PATH; never a file of the current
+  directory) or a TOML file's path (./mine.toml). --tools takes path/to/file.py:ATTR (MCP hosts do not pass PYTHONPATH) or
   module:ATTR; ATTR names a BaseTool/FunctionTool, a function (served ungated), or a
   list of them.
 
@@ -244,6 +245,10 @@ def _bash_tool(policy_ref: str, workspace: str) -> Any:
         raise ConfigurationError(f"--workspace {workspace!r} is not a directory (relative "
                                  f"paths are read from {os.getcwd()}); give an absolute path")
     policy = BashToolPolicy.from_toml(policies.resolve(policy_ref))
+    warning = policies.banner(policy_ref, policy)
+    if warning:  # the host shows the server's stderr in its log
+        print("sandbox mcp: " + warning.replace("\n", "\nsandbox mcp: "), file=sys.stderr,
+              flush=True)
     return ExecuteBashTool(workspace=root.resolve(), policy=policy)
 
 
@@ -265,7 +270,10 @@ def load_tools(spec: str) -> list[Any]:
         where = source
     else:
         if "" not in sys.path and str(Path.cwd()) not in sys.path:
-            sys.path.insert(0, str(Path.cwd()))
+            # Last, not first: a file of the current directory (a repository the agent
+            # works in) must not stand in for a module imported later (uvicorn, a
+            # stdlib module loaded lazily); it only supplies the module asked for.
+            sys.path.append(str(Path.cwd()))
         try:
             module = importlib.import_module(source)
         except ModuleNotFoundError as exc:

@@ -326,7 +326,7 @@ class GatedToolServer:
     async def list_tools(self) -> list[mtypes.Tool]:
         return [
             mtypes.Tool(name=tool.name, title=tool_title(tool),
-                        description=tool.description or None,
+                        description=tool_description(tool),
                         input_schema=tool.parameters_schema(),
                         output_schema=output_schema(tool),
                         annotations=tool_annotations(tool))
@@ -552,12 +552,31 @@ def tool_annotations(tool: BaseTool) -> mtypes.ToolAnnotations:
         idempotent_hint=read_only, open_world_hint=not read_only)
 
 
+def tool_description(tool: BaseTool) -> str | None:
+    """The tool's description, and, for a tool under a policy that switches protections
+    off (`sandbox.policies.open_walls`: confinement "none", every program allowed, no
+    human asked...), a warning saying which: the host and its user see what they serve."""
+    text = tool.description or None
+    policy = getattr(tool, "policy", None)
+    if policy is None:
+        return text
+    from ..policies import open_walls
+
+    walls = open_walls(policy)
+    if not walls:
+        return text
+    warning = "WARNING: this tool's policy switches protections off: " + "; ".join(walls) + "."
+    return f"{text} {warning}" if text else warning
+
+
 def tool_title(tool: BaseTool) -> str:
     """A human-readable name: ``tool.title`` if set, else from the name."""
     title = getattr(tool, "title", None)
     if isinstance(title, str) and title.strip():
         return title.strip()
     if getattr(tool, "policy", None) is not None and tool.name == "execute_bash":
+        if getattr(tool.policy, "confinement", None) == "none":  # type: ignore[attr-defined]
+            return "Run a bash command (NOT confined: the policy turns confinement off)"
         return "Run a bash command (sandboxed)"
     return tool.name.replace("_", " ").replace("-", " ").strip().capitalize() or tool.name
 

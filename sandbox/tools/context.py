@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextvars
 import json
-from collections.abc import MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,6 +130,10 @@ class ToolContext:
         self._initial_state = state
         self._state: _State | None = None
         self.session_id = session_id
+        #: Set by a `ToolRunner` with a provider: ``await ask_network(host, port,
+        #: command)`` asks whether a bash command may connect to a name its policy's
+        #: allowed_domains does not list (sandbox/approval/network.py).
+        self.ask_network: Callable[[str, int, str], Awaitable[bool]] | None = None
 
     @property
     def actions(self) -> EventActions:

@@ -28,6 +28,13 @@ class ShellTool(FunctionTool):
     def rule_subjects(self, args: dict[str, Any]) -> tuple[tuple[str, ...], ...] | None:
         return BashToolPolicy().check(args["command"]).commands
 
+    async def precheck(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        # A hard refusal, as a bash policy's: no human's answer (an edit included) runs it.
+        commands = BashToolPolicy().check(args["command"]).commands
+        if any(argv[:1] == ("wget",) for argv in commands):
+            return {"error": "Command blocked: wget is not allowed"}
+        return None
+
 
 def main() -> None:
     store, effect, results, *rest = sys.argv[1:]

@@ -221,8 +221,8 @@ APP_JS = r"""
       session: session,
       always: always + " Revocable: sandbox approvals rules.",
       deny: "Nothing runs. The agent is told your reason.",
-      edit: req.is_command ? "Change the command; the policy checks it again before it runs."
-        : "Change the arguments; they are checked again before the tool runs.",
+      edit: req.is_command ? "Run a changed command instead, once; the policy's refusals still apply."
+        : "Run with changed arguments instead, once; they are checked again first.",
     };
   }
 
@@ -395,8 +395,8 @@ APP_JS = r"""
       send(entry, {outcome: "edit", args: args});
     });
     p.append(el("p", "help", req.is_command
-      ? "Edit the command line. The tool's policy checks it again before it runs, and asks again if it still needs approval."
-      : "Edit the arguments (JSON). They are checked again before the tool runs."), area, go);
+      ? "Edit the command line. Sending it approves the edited command: the policy's refusals are checked again, then it runs once."
+      : "Edit the arguments (JSON). Sending them approves the edited call: they are validated and checked again, then it runs once."), area, go);
   }
 
   function showRemember(entry, req) {

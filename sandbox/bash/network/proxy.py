@@ -1,0 +1,737 @@
+"""The egress proxy of network="allowlist": HTTP (plain and CONNECT) and SOCKS5.
+
+One ``EgressProxy`` per agent, on an event loop of its own in a thread of the agent's
+process (``start()``). Why there, and not in the spawner or a process of its own: a
+domain nobody listed can be *asked for* through the runner's ConfirmationProvider, which
+lives in the agent; a thread reaches it with ``run_coroutine_threadsafe`` and no new
+protocol, while its own loop keeps a 200 MiB download from ever lagging the agent's
+loop (the GIL is handed over every switch interval). The proxy holds no privilege: it
+connects out from the agent's own network namespace, as the agent could.
+
+What a command's side looks like: its network namespace is its own and holds nothing
+but lo; the listening sockets the command's clients reach (127.0.0.1:3128 for HTTP,
+127.0.0.1:1080 for SOCKS5) are made *inside* that namespace before the command runs and
+held only by this proxy (``attach``). There is no resolver inside: a name goes to the
+proxy as written (``CONNECT pypi.org:443``, ``GET http://host/``, SOCKS5 ATYP 3), and the
+proxy resolves it. Direct connections, UDP and DNS have nowhere to go.
+
+Each connection: read the request head (bounded: ``max_head_bytes``, ``head_timeout``),
+decide on the name against the allowlist (asking when the policy says so and the
+attachment has an ``ask``), resolve it, keep only the addresses that are public or that
+an entry names explicitly (allowlist.special_address), connect to one of *those*
+addresses (never resolving again: no rebinding between check and use), then stream both
+ways with one bounded buffer per direction until either side closes. No TLS is
+intercepted: the decision is made on the name, nothing else (SECURITY.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import functools
+import ipaddress
+import os
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from concurrent.futures import Future as ConcurrentFuture
+from dataclasses import dataclass, field
+from typing import Any
+
+from .allowlist import Allowlist, DomainRule, normalize_host, special_address
+
+__all__ = [
+    "HTTP_PORT",
+    "SOCKS_PORT",
+    "Attachment",
+    "EgressProxy",
+    "Resolver",
+    "proxy_environment",
+    "resolver_for_tests",
+    "shared_proxy",
+]
+
+# Inside the command's own network namespace nothing else listens: fixed ports let the
+# environment be written before the namespace exists.
+HTTP_PORT = 3128
+SOCKS_PORT = 1080
+
+Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+Ask = Callable[[str, int], Awaitable[bool]]
+Decision = Callable[[dict[str, Any]], None]
+
+
+def proxy_environment(http_port: int = HTTP_PORT, socks_port: int = SOCKS_PORT) -> dict[str, str]:
+    """The variables that point curl, pip, uv, npm, git, urllib and requests at the
+    proxy. NO_PROXY is empty on purpose: ``localhost:8080`` in the allowlist is the
+    *host's* localhost, reached through the proxy like any other name."""
+    http = f"http://127.0.0.1:{http_port}"
+    socks = f"socks5h://127.0.0.1:{socks_port}"
+    env = {}
+    for name, value in (("HTTP_PROXY", http), ("HTTPS_PROXY", http), ("ALL_PROXY", socks),
+                        ("NO_PROXY", "")):  # fmt: skip
+        env[name] = value
+        env[name.lower()] = value
+    env["npm_config_proxy"] = http
+    env["npm_config_https_proxy"] = http
+    return env
+
+
+async def _system_resolver(host: str, port: int) -> Sequence[str]:
+    infos = await asyncio.get_running_loop().getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )
+    seen: list[str] = []
+    for _family, _type, _proto, _canon, sockaddr in infos:
+        address = str(sockaddr[0]).split("%", 1)[0]
+        if address not in seen:
+            seen.append(address)
+    return seen
+
+
+class _Refused(Exception):
+    """A connection the proxy will not make; ``status`` is the HTTP status to send."""
+
+    def __init__(self, reason: str, status: int = 403, socks: int = 0x02) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+        self.socks = socks
+
+
+@dataclass
+class Attachment:
+    """The proxy's side of one command: its listening sockets, its connections, what
+    it was allowed and refused (``report()`` is ``result["network"]``)."""
+
+    allowlist: Allowlist
+    command: str
+    ask: Ask | None
+    ask_loop: asyncio.AbstractEventLoop | None
+    allowed: Counter[str] = field(default_factory=Counter)
+    denied: Counter[str] = field(default_factory=Counter)
+    reasons: dict[str, str] = field(default_factory=dict)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _listeners: list[socket.socket] = field(default_factory=list)
+    _slots: asyncio.Semaphore | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    closed: bool = False
+
+    def report(self) -> dict[str, list[dict[str, Any]]]:
+        with self._lock:
+            return {
+                "allowed": [{"destination": d, "connections": n}
+                            for d, n in sorted(self.allowed.items())],
+                "denied": [{"destination": d, "connections": n, "reason": self.reasons[d]}
+                           for d, n in sorted(self.denied.items())],
+            }  # fmt: skip
+
+    def _count(self, allowed: bool, destination: str, reason: str = "") -> None:
+        with self._lock:
+            if allowed:
+                self.allowed[destination] += 1
+            else:
+                self.denied[destination] += 1
+                self.reasons.setdefault(destination, reason)
+
+
+class EgressProxy:
+    """An allowlisting HTTP/SOCKS5 proxy on an event loop of its own (see the module)."""
+
+    def __init__(
+        self,
+        *,
+        resolver: Resolver | None = None,
+        on_decision: Decision | None = None,
+        connect_timeout: float = 15.0,
+        head_timeout: float = 30.0,
+        ask_timeout: float = 600.0,
+        max_head_bytes: int = 32 << 10,
+        chunk_bytes: int = 1 << 20,
+        max_connections: int = 256,
+        max_connections_per_command: int = 64,
+    ) -> None:
+        self._resolver = resolver or _system_resolver
+        self._on_decision = on_decision
+        self.connect_timeout = connect_timeout
+        self.head_timeout = head_timeout
+        self.ask_timeout = ask_timeout
+        self.max_head_bytes = max_head_bytes
+        self.chunk_bytes = chunk_bytes
+        self.max_connections = max_connections
+        self.max_connections_per_command = max_connections_per_command
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._slots: asyncio.Semaphore | None = None
+        self._asking: dict[tuple[int, str, int], asyncio.Future[bool]] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ lifetime
+
+    def start(self) -> EgressProxy:
+        """Start the proxy's thread and loop (once; later calls do nothing)."""
+        with self._lock:
+            if self._thread is not None:
+                return self
+            self._thread = threading.Thread(target=self._run, name="sandbox-egress-proxy",
+                                            daemon=True)  # fmt: skip
+            self._thread.start()
+        self._started.wait()
+        return self
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        self._slots = asyncio.Semaphore(self.max_connections)
+        self._started.set()
+        try:
+            loop.run_forever()
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    def stop(self) -> None:
+        """Stop the loop and the thread; every attachment's connections are closed."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or not loop.is_running():
+            return
+
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+
+    def _submit(self, coro: Awaitable[Any]) -> ConcurrentFuture[Any]:
+        if self._loop is None:
+            self.start()
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ attachments
+
+    def attach(
+        self,
+        listeners: Sequence[socket.socket],
+        allowlist: Allowlist,
+        *,
+        command: str = "",
+        ask: Ask | None = None,
+        ask_loop: asyncio.AbstractEventLoop | None = None,
+    ) -> Attachment:
+        """Serve clients of ``listeners`` (listening TCP sockets; the proxy takes them
+        over) for one command. ``ask(host, port)`` is awaited on ``ask_loop`` (the
+        caller's running loop when None) for a name no entry lists; without it such a
+        name is refused. Call ``detach`` when the command has ended."""
+        if ask is not None and ask_loop is None:
+            ask_loop = asyncio.get_running_loop()
+        att = Attachment(allowlist=allowlist, command=command, ask=ask, ask_loop=ask_loop)
+        for sock in listeners:
+            sock.setblocking(False)
+            att._listeners.append(sock)
+        self._submit(self._attach(att)).result(5)
+        return att
+
+    async def _attach(self, att: Attachment) -> None:
+        att._slots = asyncio.Semaphore(self.max_connections_per_command)
+        for sock in att._listeners:
+            task = asyncio.create_task(self._accept_loop(att, sock))
+            att._tasks.add(task)
+            task.add_done_callback(att._tasks.discard)
+
+    def detach(self, att: Attachment) -> dict[str, list[dict[str, Any]]]:
+        """Close the command's listeners and every connection it still has; return its
+        report."""
+        if not att.closed:
+            att.closed = True
+            with contextlib.suppress(Exception):
+                self._submit(self._detach(att)).result(5)
+        return att.report()
+
+    async def _detach(self, att: Attachment) -> None:
+        tasks = list(att._tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for sock in att._listeners:
+            sock.close()
+
+    async def _accept_loop(self, att: Attachment, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._slots is not None and att._slots is not None
+        while True:
+            # Bounded: past the limits a client waits in the listen backlog, and the
+            # agent never runs out of descriptors because of a command.
+            await att._slots.acquire()
+            try:
+                await self._slots.acquire()
+            except BaseException:
+                att._slots.release()
+                raise
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except BaseException:
+                self._slots.release()
+                att._slots.release()
+                raise
+            task = asyncio.create_task(self._serve(att, conn))
+            att._tasks.add(task)
+            task.add_done_callback(functools.partial(self._served, att, conn))
+
+    def _served(self, att: Attachment, conn: socket.socket, task: asyncio.Task[None]) -> None:
+        """When a connection's task is done, also one cancelled before it ever ran:
+        its slots come back and its socket is closed."""
+        att._tasks.discard(task)
+        conn.close()
+        assert self._slots is not None and att._slots is not None
+        self._slots.release()
+        att._slots.release()
+
+    # ------------------------------------------------------------------ one connection
+
+    async def _serve(self, att: Attachment, conn: socket.socket) -> None:
+        upstream: socket.socket | None = None
+        try:
+            conn.setblocking(False)
+            loop = asyncio.get_running_loop()
+            first = await asyncio.wait_for(loop.sock_recv(conn, 1), self.head_timeout)
+            if not first:
+                return
+            if first == b"\x05":
+                upstream = await self._socks5(att, conn)
+                rest = b""
+            else:
+                upstream, rest = await self._http(att, conn, first)
+            if upstream is None:
+                return
+            if rest:
+                await loop.sock_sendall(upstream, rest)
+            await self._pipe(conn, upstream)
+        except (TimeoutError, OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            if upstream is not None:
+                upstream.close()
+            conn.close()
+
+    async def _read_head(self, conn: socket.socket, first: bytes) -> tuple[bytes, bytes]:
+        loop = asyncio.get_running_loop()
+        buf = bytearray(first)
+        deadline = time.monotonic() + self.head_timeout
+        while True:
+            end = buf.find(b"\r\n\r\n")
+            if end >= 0:
+                return bytes(buf[: end + 4]), bytes(buf[end + 4 :])
+            if len(buf) > self.max_head_bytes:
+                raise _Refused(f"the request head is over {self.max_head_bytes} bytes", 431)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Refused("the request head did not arrive in time", 408)
+            try:
+                data = await asyncio.wait_for(loop.sock_recv(conn, 16384), remaining)
+            except TimeoutError:
+                raise _Refused("the request head did not arrive in time", 408) from None
+            if not data:
+                raise _Refused("the client closed before the end of the request head", 400)
+            buf += data
+
+    async def _http(
+        self, att: Attachment, conn: socket.socket, first: bytes
+    ) -> tuple[socket.socket | None, bytes]:
+        loop = asyncio.get_running_loop()
+        destination = "?"
+        try:
+            head, rest = await self._read_head(conn, first)
+            lines = head[:-4].split(b"\r\n")
+            try:
+                method, target, version = lines[0].decode("ascii").split(" ")
+            except (UnicodeDecodeError, ValueError):
+                raise _Refused("the request line is not 'METHOD TARGET HTTP/1.x'", 400) from None
+            if not version.startswith("HTTP/1."):
+                raise _Refused(f"{version!r} is not HTTP/1.x", 505)
+            if method == "CONNECT":
+                host, port = _authority(target, None)
+                destination = _destination(host, port)
+                upstream = await self._open(att, host, port)
+                await loop.sock_sendall(conn, b"HTTP/1.1 200 Connection established\r\n\r\n")
+                return upstream, rest
+            if not target.lower().startswith("http://"):
+                why = ("an https:// URL is fetched through CONNECT (the proxy does not "
+                       "open TLS itself)" if target.lower().startswith("https://")
+                       else "a proxy request names an absolute http:// URL")  # fmt: skip
+                raise _Refused(why, 400)
+            after = target[len("http://") :]
+            slash = min((i for i in (after.find("/"), after.find("?")) if i >= 0),
+                        default=len(after))  # fmt: skip
+            authority, path = after[:slash], after[slash:] or "/"
+            if path.startswith("?"):
+                path = "/" + path
+            if "@" in authority:
+                raise _Refused("user information in the URL is not forwarded", 400)
+            host, port = _authority(authority, 80)
+            destination = _destination(host, port)
+            headers = _forwarded_headers(lines[1:], authority)
+            upstream = await self._open(att, host, port)
+            request = f"{method} {path} {version}\r\n".encode("ascii") + headers + b"\r\n"
+            return upstream, request + rest
+        except _Refused as refusal:
+            body = (f"sandbox egress proxy: {destination} refused: {refusal.reason}\n").encode()
+            reply = (f"HTTP/1.1 {refusal.status} {_REASONS.get(refusal.status, 'Error')}\r\n"
+                     "Content-Type: text/plain; charset=utf-8\r\n"
+                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()  # fmt: skip
+            with contextlib.suppress(OSError):
+                await asyncio.wait_for(loop.sock_sendall(conn, reply + body), 5)
+            return None, b""
+
+    async def _socks5(self, att: Attachment, conn: socket.socket) -> socket.socket | None:
+        loop = asyncio.get_running_loop()
+
+        async def read(n: int) -> bytes:
+            data = b""
+            while len(data) < n:
+                chunk = await asyncio.wait_for(loop.sock_recv(conn, n - len(data)),
+                                               self.head_timeout)  # fmt: skip
+                if not chunk:
+                    raise asyncio.IncompleteReadError(data, n)
+                data += chunk
+            return data
+
+        async def reply(code: int) -> None:
+            await loop.sock_sendall(conn, bytes([5, code, 0, 1, 0, 0, 0, 0, 0, 0]))
+
+        (count,) = await read(1)
+        methods = await read(count)
+        if 0 not in methods:
+            await loop.sock_sendall(conn, b"\x05\xff")
+            return None
+        await loop.sock_sendall(conn, b"\x05\x00")
+        version, command, _reserved, kind = await read(4)
+        if kind == 1:
+            host = socket.inet_ntop(socket.AF_INET, await read(4))
+        elif kind == 4:
+            host = socket.inet_ntop(socket.AF_INET6, await read(16))
+        elif kind == 3:
+            (length,) = await read(1)
+            raw = await read(length)
+            host = raw.decode("ascii", "replace")
+        else:
+            await reply(0x08)
+            return None
+        port = int.from_bytes(await read(2), "big")
+        if version != 5 or command != 1:
+            # BIND and UDP ASSOCIATE: nothing but outgoing TCP leaves the namespace.
+            att._count(False, _destination(host, port), "only SOCKS5 CONNECT is served")
+            await reply(0x07)
+            return None
+        try:
+            upstream = await self._open(att, host, port)
+        except _Refused as refusal:
+            await reply(refusal.socks)
+            return None
+        await reply(0x00)
+        return upstream
+
+    # ------------------------------------------------------------------ the decision
+
+    async def _open(self, att: Attachment, raw_host: str, port: int) -> socket.socket:
+        destination = _destination(raw_host, port)
+        try:
+            addresses, rule = await self._decide(att, raw_host, port)
+        except _Refused as refusal:
+            att._count(False, destination, refusal.reason)
+            self._emit(att, destination, False, refusal.reason)
+            raise
+        last: OSError | None = None
+        loop = asyncio.get_running_loop()
+        for address in addresses:
+            family = socket.AF_INET6 if ":" in address else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            try:
+                await asyncio.wait_for(loop.sock_connect(sock, (address, port)),
+                                       self.connect_timeout)  # fmt: skip
+            except (OSError, TimeoutError) as exc:
+                sock.close()
+                last = exc if isinstance(exc, OSError) else OSError("connect timed out")
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            why = f"allowed by {rule.entry!r}" if rule is not None else "allowed by a human"
+            att._count(True, destination)
+            self._emit(att, destination, True, why, address=address)
+            return sock
+        reason = f"could not connect to {', '.join(addresses)}: {last}"
+        att._count(False, destination, reason)
+        self._emit(att, destination, False, reason)
+        raise _Refused(reason, 502, 0x05)
+
+    async def _decide(
+        self, att: Attachment, raw_host: str, port: int
+    ) -> tuple[list[str], DomainRule | None]:
+        try:
+            host = normalize_host(raw_host)
+        except ValueError as exc:
+            raise _Refused(f"not a host name: {exc}", 400, 0x04) from None
+        if not 0 < port < 65536:
+            raise _Refused(f"port {port} is out of range", 400, 0x04)
+        rule = att.allowlist.match(host, port)
+        if rule is None and not await self._asked(att, host, port):
+            raise _Refused(f"{host}:{port} is not in allowed_domains")
+        try:
+            ipaddress.ip_address(host)
+            addresses: Sequence[str] = [host]
+        except ValueError:
+            try:
+                addresses = await asyncio.wait_for(self._resolver(host, port),
+                                                   self.connect_timeout)  # fmt: skip
+            except (OSError, TimeoutError) as exc:
+                raise _Refused(f"{host} does not resolve: {exc}", 502, 0x04) from None
+        usable, refused = [], []
+        for address in addresses:
+            why = special_address(address)
+            if (why is None or (rule is not None and rule.names_address(address))
+                    or att.allowlist.names_address(address, port)):  # fmt: skip
+                usable.append(address)
+            else:
+                refused.append(f"{address} ({why})")
+        if not usable:
+            raise _Refused(
+                f"{host} resolves to {', '.join(refused) or 'nothing'}, an address no "
+                "entry names (a listed name must resolve to a public address, or the "
+                "entry must name the address itself)"
+            )
+        return usable, rule
+
+    async def _asked(self, att: Attachment, host: str, port: int) -> bool:
+        """Whether a human allows ``host:port`` for this command (one question at a time
+        per name and command; concurrent connections wait for the same answer)."""
+        if att.ask is None or att.ask_loop is None:
+            return False
+        key = (id(att), host, port)
+        pending = self._asking.get(key)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_future()
+            self._asking[key] = pending
+            try:
+                future = asyncio.run_coroutine_threadsafe(
+                    _as_coroutine(att.ask(host, port)), att.ask_loop
+                )
+                answer = await asyncio.wait_for(asyncio.wrap_future(future), self.ask_timeout)
+                pending.set_result(bool(answer is True))
+            except BaseException:
+                if not pending.done():
+                    pending.set_result(False)
+                raise
+            finally:
+                self._asking.pop(key, None)
+            return pending.result()
+        return await asyncio.shield(pending)
+
+    def _emit(self, att: Attachment, destination: str, allowed: bool, reason: str,
+              **extra: Any) -> None:  # fmt: skip
+        if self._on_decision is None:
+            return
+        event = {"destination": destination, "allowed": allowed, "reason": reason,
+                 "command": att.command, **extra}  # fmt: skip
+        with contextlib.suppress(Exception):
+            self._on_decision(event)
+
+    # ------------------------------------------------------------------ streaming
+
+    async def _pipe(self, a: socket.socket, b: socket.socket) -> None:
+        one_way = _splice_one_way if _HAS_SPLICE else self._copy_one_way
+        up = asyncio.create_task(one_way(a, b, self.chunk_bytes))
+        down = asyncio.create_task(one_way(b, a, self.chunk_bytes))
+        try:
+            await asyncio.gather(up, down)
+        finally:
+            up.cancel()
+            down.cancel()
+
+    @staticmethod
+    async def _copy_one_way(src: socket.socket, dst: socket.socket, size: int) -> None:
+        loop = asyncio.get_running_loop()
+        buf = bytearray(size)
+        view = memoryview(buf)
+        try:
+            while True:
+                n = await loop.sock_recv_into(src, buf)
+                if not n:
+                    break
+                await loop.sock_sendall(dst, view[:n])
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+
+_HAS_SPLICE = hasattr(os, "splice")
+_F_SETPIPE_SZ = 1031
+
+
+async def _wait_fd(fd: int, write: bool) -> None:
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    (loop.add_writer if write else loop.add_reader)(fd, wake)
+    try:
+        await ready
+    finally:
+        (loop.remove_writer if write else loop.remove_reader)(fd)
+
+
+async def _splice_one_way(src: socket.socket, dst: socket.socket, size: int) -> None:
+    """Move bytes from ``src`` to ``dst`` through a pipe with splice(2): the data stays in
+    the kernel (no copy into this process), at most ``size`` bytes in flight, so a
+    download through the proxy costs what a direct one does, and memory per connection
+    is the pipe's."""
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(w, _F_SETPIPE_SZ, size)
+    flags = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
+    held, eof = 0, False
+    try:
+        while True:
+            moved = False
+            if not eof and held < size:
+                try:
+                    n = os.splice(src.fileno(), w, size - held, flags=flags)
+                except BlockingIOError:
+                    pass
+                else:
+                    moved = True
+                    if n == 0:
+                        eof = True
+                    held += n
+            if held:
+                try:
+                    m = os.splice(r, dst.fileno(), held, flags=flags)
+                except BlockingIOError:
+                    pass
+                else:
+                    moved = moved or m > 0
+                    held -= m
+            if eof and not held:
+                break
+            if not moved:
+                if held and (eof or held >= size):
+                    await _wait_fd(dst.fileno(), True)
+                elif held:
+                    # Either side may unblock us: whichever is ready first.
+                    waits = [asyncio.ensure_future(_wait_fd(src.fileno(), False)),
+                             asyncio.ensure_future(_wait_fd(dst.fileno(), True))]  # fmt: skip
+                    try:
+                        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        for t in waits:
+                            t.cancel()
+                        await asyncio.gather(*waits, return_exceptions=True)
+                else:
+                    await _wait_fd(src.fileno(), False)
+    except OSError:
+        pass
+    finally:
+        os.close(r)
+        os.close(w)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+
+_shared: EgressProxy | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_proxy() -> EgressProxy:
+    """The agent's one egress proxy (started on first use)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = EgressProxy().start()
+        return _shared
+
+
+@contextlib.contextmanager
+def resolver_for_tests(resolver: Resolver) -> Iterator[None]:
+    """Names resolved by ``resolver`` instead of the system's while inside (the shared
+    proxy's): tests map their own names to 127.0.0.1 servers without /etc/hosts."""
+    proxy = shared_proxy()
+    before = proxy._resolver
+    proxy._resolver = resolver
+    try:
+        yield
+    finally:
+        proxy._resolver = before
+
+
+def _forget_the_parents_proxy() -> None:
+    # A forked agent has none of its parent's threads: it starts its own proxy.
+    global _shared, _shared_lock
+    _shared, _shared_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_the_parents_proxy)
+
+
+async def _as_coroutine(value: Awaitable[bool]) -> bool:
+    return await value
+
+
+_REASONS = {400: "Bad Request", 403: "Forbidden", 408: "Request Timeout",
+            431: "Request Header Fields Too Large", 502: "Bad Gateway",
+            505: "HTTP Version Not Supported"}  # fmt: skip
+_HOP_BY_HOP = {b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive",
+               b"host", b"proxy-authenticate", b"te", b"trailer", b"upgrade"}  # fmt: skip
+
+
+def _destination(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _authority(text: str, default_port: int | None) -> tuple[str, int]:
+    if text.startswith("["):
+        close = text.find("]")
+        host, rest = text[1:close], text[close + 1 :]
+        if close < 0 or (rest and not rest.startswith(":")):
+            raise _Refused(f"{text!r} is not host:port", 400)
+        port_text = rest[1:] if rest else ""
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            host, port_text = text, ""
+    if not port_text:
+        if default_port is None:
+            raise _Refused(f"{text!r} names no port", 400)
+        return host, default_port
+    if not port_text.isascii() or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise _Refused(f"{text!r} has no valid port", 400)
+    return host, int(port_text)
+
+
+def _forwarded_headers(lines: list[bytes], authority: str) -> bytes:
+    """The client's headers for the origin: hop-by-hop ones dropped, Host set to the
+    URL's authority (RFC 9112 3.2.2), one request per connection."""
+    out = [b"Host: " + authority.encode("ascii")]
+    for line in lines:
+        name, sep, _value = line.partition(b":")
+        if not sep or not name or name != name.strip() or b"\r" in line or b"\n" in line:
+            raise _Refused("a header line is malformed", 400)
+        if name.lower() in _HOP_BY_HOP:
+            continue
+        out.append(line)
+    out.append(b"Connection: close")
+    return b"\r\n".join(out) + b"\r\n"

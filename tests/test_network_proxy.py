@@ -1,0 +1,413 @@
+"""The egress proxy of network="allowlist", with real clients and real servers on
+127.0.0.1: curl, Python's urllib, git over http, pip from a local simple index; plain
+HTTP and HTTPS (a throwaway CA the clients trust, made by trustme). Names are mapped to
+addresses by the proxy's resolver hook, never by /etc/hosts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.server
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox.bash.network import Allowlist, EgressProxy, parse_entry, proxy_environment
+from sandbox.bash.network.allowlist import special_address
+from sandbox.errors import ConfigurationError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+# --------------------------------------------------------------------------- entries
+
+
+@pytest.mark.parametrize(
+    ("entry", "host", "port", "wildcard", "ip"),
+    [
+        ("pypi.org", "pypi.org", None, False, False),
+        ("PyPI.org.", "pypi.org", None, False, False),
+        ("*.pythonhosted.org", "pythonhosted.org", None, True, False),
+        ("github.com:443", "github.com", 443, False, False),
+        ("localhost:8080", "localhost", 8080, False, False),
+        ("127.0.0.1", "127.0.0.1", None, False, True),
+        ("[::1]:8080", "::1", 8080, False, True),
+        ("bücher.example", "xn--bcher-kva.example", None, False, False),
+    ],
+)
+def test_entries_parse(entry: str, host: str, port: int | None, wildcard: bool, ip: bool) -> None:
+    rule = parse_entry(entry)
+    assert (rule.host, rule.port, rule.wildcard, rule.ip) == (host, port, wildcard, ip)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    ["", " pypi.org", "https://pypi.org", "pypi.org/simple", "*", "*.com.*", "a.*.b",
+     "pypi.org:0", "pypi.org:65536", "pypi.org:http", "::1", "::1:80", "*.127.0.0.1",
+     "user@host", "-bad.example", "a..b", "0x7f.1", "1.2.3", 42, None],
+)  # fmt: skip
+def test_bad_entries_name_themselves(entry: object) -> None:
+    with pytest.raises(ConfigurationError, match="allowed_domains entry"):
+        parse_entry(entry)
+
+
+def test_matching_and_default_ports() -> None:
+    allow = Allowlist.parse(["pypi.org", "*.pythonhosted.org", "github.com:22"])
+    assert allow.match("pypi.org", 443) and allow.match("pypi.org", 80)
+    assert allow.match("pypi.org", 8080) is None
+    assert allow.match("files.pythonhosted.org", 443)
+    assert allow.match("a.b.pythonhosted.org", 443)
+    assert allow.match("pythonhosted.org", 443) is None  # the wildcard is subdomains only
+    assert allow.match("evilpythonhosted.org", 443) is None
+    assert allow.match("github.com", 22) and allow.match("github.com", 443) is None
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "0.0.0.0",
+     "100.100.100.200", "::1", "fd00:ec2::254", "fe80::1", "::ffff:127.0.0.1", "224.0.0.1"],
+)  # fmt: skip
+def test_special_addresses(address: str) -> None:
+    assert special_address(address) is not None
+
+
+def test_public_addresses() -> None:
+    assert special_address("151.101.0.223") is None
+    assert special_address("2a04:4e42::223") is None
+
+
+# --------------------------------------------------------------------------- servers
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _http_server(root: Path, tls: ssl.SSLContext | None = None) -> Iterator[int]:
+    handler = lambda *a, **k: _Quiet(*a, directory=str(root), **k)  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+    root = tmp_path / "site"
+    root.mkdir()
+    (root / "hello.txt").write_text("hello from the listed host\n")
+    with _http_server(root) as port:
+        yield root, port
+
+
+@contextlib.contextmanager
+def _proxy(entries: list[str], names: dict[str, list[str]], **kw: object
+           ) -> Iterator[tuple[EgressProxy, dict[str, str], object]]:  # fmt: skip
+    async def resolver(host: str, port: int) -> list[str]:
+        if host not in names:
+            raise OSError(f"test resolver: no address for {host}")
+        return names[host]
+
+    proxy = EgressProxy(resolver=resolver, head_timeout=2.0).start()
+    http_l = socket.create_server(("127.0.0.1", 0))
+    socks_l = socket.create_server(("127.0.0.1", 0))
+    env = proxy_environment(http_l.getsockname()[1], socks_l.getsockname()[1])
+    att = proxy.attach([http_l, socks_l], Allowlist.parse(entries), command="test",
+                       **kw)  # type: ignore[arg-type]  # fmt: skip
+    try:
+        yield proxy, env, att
+    finally:
+        proxy.detach(att)
+        proxy.stop()
+
+
+def _curl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    full = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), **env}
+    return subprocess.run(["curl", "-sS", "--max-time", "10", *args], env=full,
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+
+
+needs_curl = pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+
+
+@needs_curl
+def test_curl_listed_name_is_served(site: tuple[Path, int]) -> None:
+    _, port = site
+    with _proxy([f"pkg.test:{port}", f"127.0.0.1:{port}"], {"pkg.test": ["127.0.0.1"]}) as (
+        proxy, env, att,
+    ):  # fmt: skip
+        r = _curl(env, f"http://pkg.test:{port}/hello.txt")
+        assert r.stdout == "hello from the listed host\n", r.stderr
+        r = _curl({**env, "HTTP_PROXY": "", "http_proxy": ""},
+                  f"http://pkg.test:{port}/hello.txt")  # fmt: skip
+        assert r.stdout == "hello from the listed host\n", r.stderr  # through SOCKS5 (ALL_PROXY)
+        assert proxy.detach(att)["allowed"] == [
+            {"destination": f"pkg.test:{port}", "connections": 2}
+        ]
+
+
+@needs_curl
+def test_unlisted_name_and_raw_ip_are_refused(site: tuple[Path, int]) -> None:
+    _, port = site
+    with _proxy([f"pkg.test:{port}"], {"pkg.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]}
+                ) as (proxy, env, att):  # fmt: skip
+        r = _curl(env, "-o", "/dev/null", "-w", "%{http_code}", f"http://other.test:{port}/hello.txt")
+        assert r.stdout == "403"
+        r = _curl(env, "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{port}/hello.txt")
+        assert r.stdout == "403"
+        # pkg.test is listed, but it resolves to loopback and no entry names 127.0.0.1:
+        # a listed name rebound to a private address reaches nothing.
+        r = _curl(env, "-o", "/dev/null", "-w", "%{http_code}", f"http://pkg.test:{port}/hello.txt")
+        assert r.stdout == "403"
+        report = proxy.detach(att)
+        assert report["allowed"] == []
+        denied = {d["destination"]: d for d in report["denied"]}
+        assert "not in allowed_domains" in denied[f"other.test:{port}"]["reason"]
+        assert "127.0.0.1 (loopback)" in denied[f"pkg.test:{port}"]["reason"]
+
+
+@needs_curl
+def test_localhost_entry_names_loopback(site: tuple[Path, int]) -> None:
+    _, port = site
+    with _proxy([f"localhost:{port}"], {"localhost": ["127.0.0.1"]}) as (_p, env, _a):
+        assert _curl(env, f"http://localhost:{port}/hello.txt").stdout.startswith("hello")
+        assert _curl(env, "-o", "/dev/null", "-w", "%{http_code}",
+                     f"http://localhost:{port + 1 if port < 65535 else 1}/x").stdout == "403"
+
+
+@needs_curl
+def test_https_through_connect_and_socks(tmp_path: Path) -> None:
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("secure.test")
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert.configure_cert(ctx)
+    root = tmp_path / "s"
+    root.mkdir()
+    (root / "x.txt").write_text("over tls\n")
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    with _http_server(root, ctx) as port, _proxy(
+        [f"secure.test:{port}", f"127.0.0.1:{port}"], {"secure.test": ["127.0.0.1"]}
+    ) as (proxy, env, att):
+        r = _curl(env, "--cacert", str(ca_file), f"https://secure.test:{port}/x.txt")
+        assert r.stdout == "over tls\n", r.stderr
+        socks_only = {**env, "HTTPS_PROXY": "", "https_proxy": ""}
+        r = _curl(socks_only, "--cacert", str(ca_file), f"https://secure.test:{port}/x.txt")
+        assert r.stdout == "over tls\n", r.stderr
+        assert proxy.detach(att)["allowed"] == [
+            {"destination": f"secure.test:{port}", "connections": 2}
+        ]
+
+
+def test_urllib_through_the_proxy(site: tuple[Path, int]) -> None:
+    _, port = site
+    with _proxy([f"pkg.test:{port}", f"127.0.0.1:{port}"], {"pkg.test": ["127.0.0.1"]}) as (
+        _p, env, _a,
+    ):  # fmt: skip
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler(
+            {"http": env["HTTP_PROXY"], "https": env["HTTPS_PROXY"]}))  # fmt: skip
+        with opener.open(f"http://pkg.test:{port}/hello.txt", timeout=10) as r:
+            assert r.read() == b"hello from the listed host\n"
+        with pytest.raises(urllib.error.HTTPError) as info:
+            opener.open(f"http://nope.test:{port}/hello.txt", timeout=10)
+        assert info.value.code == 403
+
+
+def test_git_clone_over_http(tmp_path: Path) -> None:
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("git is not installed")
+    work = tmp_path / "src"
+    subprocess.run([git, "init", "-q", str(work)], check=True)
+    (work / "f").write_text("x\n")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_AUTHOR_NAME": "t",
+           "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    subprocess.run([git, "-C", str(work), "add", "f"], check=True, env=env)
+    subprocess.run([git, "-C", str(work), "commit", "-qm", "one"], check=True, env=env)
+    served = tmp_path / "served"
+    served.mkdir()
+    subprocess.run([git, "clone", "-q", "--bare", str(work), str(served / "repo.git")],
+                   check=True, env=env)  # fmt: skip
+    subprocess.run([git, "-C", str(served / "repo.git"), "update-server-info"], check=True)
+    with _http_server(served) as port, _proxy(
+        [f"git.test:{port}", f"127.0.0.1:{port}"], {"git.test": ["127.0.0.1"]}
+    ) as (_p, penv, _a):
+        r = subprocess.run([git, "clone", "-q", f"http://git.test:{port}/repo.git",
+                            str(tmp_path / "clone")], env={**env, **penv},
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert (tmp_path / "clone" / "f").read_text() == "x\n"
+        r = subprocess.run([git, "clone", "-q", f"http://nogit.test:{port}/repo.git",
+                            str(tmp_path / "clone2")], env={**env, **penv},
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert r.returncode != 0 and "403" in r.stderr
+
+
+def _wheel(directory: Path) -> str:
+    """A minimal pure-Python wheel of 'tinypkg' (no build backend needed)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    name = "tinypkg-1.0-py3-none-any.whl"
+    files = {
+        "tinypkg/__init__.py": b"VALUE = 7\n",
+        "tinypkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n",
+        "tinypkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\n"
+        b"Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append("tinypkg-1.0.dist-info/RECORD,,")
+    with zipfile.ZipFile(directory / name, "w") as z:
+        for path, data in files.items():
+            z.writestr(path, data)
+        z.writestr("tinypkg-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+    return name
+
+
+def test_pip_install_from_a_local_index(tmp_path: Path) -> None:
+    wheels = tmp_path / "index" / "tinypkg"
+    wheels.mkdir(parents=True)
+    wheel = _wheel(wheels)
+    (wheels / "index.html").write_text(f'<a href="{wheel}">{wheel}</a>\n')
+    target = tmp_path / "target"
+    with _http_server(tmp_path / "index") as port, _proxy(
+        [f"index.test:{port}", f"127.0.0.1:{port}"], {"index.test": ["127.0.0.1"]}
+    ) as (_p, penv, _a):
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), **penv}
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-cache-dir",
+                            "--disable-pip-version-check", "--target", str(target),
+                            "--index-url", f"http://index.test:{port}/",
+                            "--trusted-host", "index.test", "tinypkg"],
+                           env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert (target / "tinypkg" / "__init__.py").exists()
+
+
+# --------------------------------------------------------------------------- asking
+
+
+@needs_curl
+def test_unlisted_name_is_asked_and_the_answer_is_kept_per_question(
+    site: tuple[Path, int],
+) -> None:
+    _, port = site
+    asked: list[tuple[str, int]] = []
+
+    async def ask(host: str, port_: int) -> bool:
+        asked.append((host, port_))
+        await asyncio.sleep(0.2)  # concurrent connections wait for the same answer
+        return host == "yes.test"
+
+    async def main() -> None:
+        with _proxy([f"127.0.0.1:{port}"],
+                    {"yes.test": ["127.0.0.1"], "no.test": ["127.0.0.1"]}, ask=ask) as (
+            proxy, env, att,
+        ):  # fmt: skip
+            def run(url: str) -> str:
+                return _curl(env, "-o", "/dev/null", "-w", "%{http_code}", url).stdout
+
+            results = await asyncio.gather(
+                asyncio.to_thread(run, f"http://yes.test:{port}/hello.txt"),
+                asyncio.to_thread(run, f"http://yes.test:{port}/hello.txt"),
+                asyncio.to_thread(run, f"http://no.test:{port}/hello.txt"),
+            )
+            assert results == ["200", "200", "403"]
+            report = proxy.detach(att)
+            assert report["allowed"] == [{"destination": f"yes.test:{port}", "connections": 2}]
+
+    asyncio.run(main())
+    assert sorted(set(asked)) == [("no.test", port), ("yes.test", port)]
+    assert asked.count(("yes.test", port)) <= 2
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _raw(port: int, data: bytes, *, read: bool = True) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        if not read:
+            return b""
+        chunks = []
+        with contextlib.suppress(OSError):
+            while chunk := s.recv(65536):
+                chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def test_oversized_head_half_open_connect_and_socks_udp(site: tuple[Path, int]) -> None:
+    _, port = site
+    with _proxy([f"pkg.test:{port}", f"127.0.0.1:{port}"], {"pkg.test": ["127.0.0.1"]}) as (
+        _p, env, _a,
+    ):  # fmt: skip
+        hport = int(env["HTTP_PROXY"].rsplit(":", 1)[1])
+        sport = int(env["ALL_PROXY"].rsplit(":", 1)[1])
+        huge = b"GET http://pkg.test/ HTTP/1.1\r\nX: " + b"a" * (64 << 10) + b"\r\n\r\n"
+        assert _raw(hport, huge).startswith(b"HTTP/1.1 431")
+        start = time.monotonic()
+        assert _raw(hport, b"CONNECT pkg.test:%d HTTP/1.1\r\n" % port).startswith(b"HTTP/1.1 408")
+        assert time.monotonic() - start < 8
+        assert _raw(hport, b"GET /hello.txt HTTP/1.1\r\nHost: pkg.test\r\n\r\n").startswith(
+            b"HTTP/1.1 400")  # fmt: skip
+        assert _raw(hport, b"\x00\xff garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
+        # SOCKS5 UDP ASSOCIATE (3) and BIND (2): command not supported.
+        for cmd in (2, 3):
+            reply = _raw(sport, b"\x05\x01\x00" + bytes([5, cmd, 0, 1, 127, 0, 0, 1, 0, 53]))
+            assert reply[:2] == b"\x05\x00" and reply[2:4] == b"\x05\x07"
+        # And the proxy still serves.
+        assert _curl(env, f"http://pkg.test:{port}/hello.txt").stdout.startswith("hello")
+
+
+def test_a_thousand_connections_at_once(site: tuple[Path, int]) -> None:
+    _, port = site
+    with _proxy([f"pkg.test:{port}", f"127.0.0.1:{port}"], {"pkg.test": ["127.0.0.1"]}) as (
+        _p, env, _a,
+    ):  # fmt: skip
+        hport = int(env["HTTP_PROXY"].rsplit(":", 1)[1])
+        socks: list[socket.socket] = []
+        try:
+            for _ in range(1000):
+                with contextlib.suppress(OSError):
+                    s = socket.socket()
+                    s.setblocking(False)
+                    with contextlib.suppress(BlockingIOError):
+                        s.connect(("127.0.0.1", hport))
+                    socks.append(s)
+            fds_before = len(os.listdir("/proc/self/fd"))
+            assert fds_before < 1000 + 400  # the proxy holds a bounded number of them
+        finally:
+            for s in socks:
+                s.close()
+        # Served again once they are gone.
+        deadline = time.monotonic() + 10
+        while True:
+            r = _curl(env, f"http://pkg.test:{port}/hello.txt")
+            if r.stdout.startswith("hello") or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert r.stdout.startswith("hello"), r.stderr
+
