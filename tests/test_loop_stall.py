@@ -208,3 +208,31 @@ async def test_a_large_result_is_json_encoded_in_slices_with_the_same_text() -> 
         await dump_sliced(result)
         done = True
     assert steps >= 4
+
+
+def test_the_workers_parse_comes_back_in_pieces_and_whole() -> None:
+    # A command for the worker is walked there; its ParsedScript comes back pickled in
+    # pieces (unpickling holds the GIL), equal to the parse made in this process.
+    from sandbox.bash.agreement import check_agreement
+
+    for source in ("a;" * 3000, "echo" + " a" * 3000, "ls > a; " * 700,
+                   "echo " + "$(ls) " * 900, "cat <<E\nx\nE\n" * 500):
+        data = source.encode()
+        assert parse_module._needs_guard(data)
+        here = parse_module._parse_tree(source, data, 100, check_agreement)
+        assert parse_module._unpickled(parse_module._pickled(here)) == here
+        assert parse_module.parse(source) == here
+
+
+def test_the_workers_reply_cannot_build_anything_but_the_parse_model() -> None:
+    # A worker taken over through a parser bug must not run code here by its reply.
+    import pickle
+
+    class Evil:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (os.system, ("touch /tmp/holes-stall-pwned",))
+
+    for reply in (pickle.dumps([("v", pickle.dumps(Evil()))]), pickle.dumps(Evil())):
+        with pytest.raises(pickle.UnpicklingError):
+            parse_module._unpickled(reply)
+    assert not os.path.exists("/tmp/holes-stall-pwned")

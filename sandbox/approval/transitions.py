@@ -528,15 +528,18 @@ async def dump_sliced(result: Any) -> Any:
         return result
     if not all(type(k) is str for k in result):
         return result
-    parts: list[str] = []
+    parts: list[str] = ["{"]  # joined once at the end: one copy of the text
     for key, value in result.items():
+        if len(parts) > 1:
+            parts.append(", ")
+        parts += (encode_basestring(key), ": ")
         if type(value) is str and len(value) > _SLICE_CHARS:
-            pieces = []
+            parts.append('"')
             for start in range(0, len(value), _SLICE_CHARS):
-                pieces.append(encode_basestring(value[start:start + _SLICE_CHARS])[1:-1])
+                parts.append(encode_basestring(value[start:start + _SLICE_CHARS])[1:-1])
                 await anyio.lowlevel.checkpoint()
-            text = '"' + "".join(pieces) + '"'
+            parts.append('"')
         else:
-            text = DUMP_ENCODER.encode(value)
-        parts.append(f"{encode_basestring(key)}: {text}")
-    return Dumped("{" + ", ".join(parts) + "}")
+            parts.append(DUMP_ENCODER.encode(value))
+    parts.append("}")
+    return Dumped("".join(parts))

@@ -232,18 +232,21 @@ _C_DUMP = None if _c_make_encoder is None else _c_make_encoder(
     None, repr, _encode_basestring, None, ": ", ", ", False, False, True)
 
 
-class Dumped(str):
+class Dumped:
     """A value already encoded as `dump` encodes it (built a slice at a time off the
-    event loop's long steps, see `transitions.dump_sliced`): `dump` returns it as is."""
+    event loop's long steps, see `transitions.dump_sliced`): `dump` returns its text."""
 
-    __slots__ = ()
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
 
 
 def dump(value: Any) -> str | None:
     if value is None:
         return None
     if type(value) is Dumped:
-        return str(value)
+        return value.text
     if _C_DUMP is not None and type(value) is not str:
         try:
             return escape_surrogates("".join(_C_DUMP(value, 0)))
