@@ -137,6 +137,7 @@ def test_a_search_path_file_cannot_take_a_shipped_name(planted: Path,
     ({"no_confirmation_prefixes": ("*",)}, "no command asks a human"),
     ({"network": "host"}, "reach the network"),
     ({"hardening": ()}, "hardening rules are off"),
+    ({"protected_paths": ()}, "no path in the workspace is protected"),
 ])
 def test_each_wall_switched_off_is_named(fields: dict[str, object], said: str) -> None:
     policy = BashToolPolicy(**{"allowed_command_prefixes": ("ls",), **fields})  # type: ignore[arg-type]

@@ -153,6 +153,12 @@ def open_walls(policy: Any) -> tuple[str, ...]:
             walls.append("the default hardening rules are off (default_hardening = false): "
                          "options that make an allowed program run others or write "
                          "files are not refused")
+    protected = getattr(policy, "protected_paths", None)
+    if protected is not None and not protected and getattr(policy, "filesystem", None) != (
+            "read-only"):  # fmt: skip
+        walls.append("no path in the workspace is protected (protected_paths = []): a "
+                     "command may write .git/config, .git/hooks, .envrc and the like, which "
+                     "the host obeys later")
     if getattr(policy, "drop_privileges", None) is False and os.geteuid() == 0:
         walls.append("commands run as root (drop_privileges = false)")
     return tuple(walls)
