@@ -33,6 +33,7 @@ from ..approval.results import Status
 from ..approval.runner import ToolRunner
 from ..errors import ConfirmationStateError, DuplicateCallError, UnknownCallError
 from ..tools.context import ToolConfirmation
+from ..tools.model_view import for_model
 
 __all__ = ["GateOutcome", "answer_call", "run_call", "session_key"]
 
@@ -98,13 +99,13 @@ def outcome(result: dict[str, Any], capture: RunCapture | None = None) -> GateOu
     shown = {k: v for k, v in result.items() if k != "replayed"}
     replayed = bool(result.get("replayed")) or bool(capture and capture.replayed)
     if capture is not None and capture.ran:
-        return GateOutcome(shown, capture.value, ran=True, tool_result=True)
+        return GateOutcome(shown, for_model(capture.value), ran=True, tool_result=True)
     if replayed and capture is not None and capture.state == "done":
         # The record holds the contract's dict: a non-dict return value was wrapped as
         # {"result": value}. (A tool returning exactly {"result": x} itself reads back
         # as x here: the one case a replay cannot tell apart.)
         value: Any = shown["result"] if set(shown) == {"result"} else shown
-        return GateOutcome(shown, value, replayed=True, tool_result=True)
+        return GateOutcome(shown, for_model(value), replayed=True, tool_result=True)
     return GateOutcome(shown, shown, replayed=replayed)
 
 
