@@ -411,3 +411,63 @@ def test_a_thousand_connections_at_once(site: tuple[Path, int]) -> None:
             time.sleep(0.2)
         assert r.stdout.startswith("hello"), r.stderr
 
+
+
+_FD_STARVED_AGENT = """
+import os, resource, socket, sys, threading, time
+from sandbox.bash.network import Allowlist, EgressProxy
+resource.setrlimit(resource.RLIMIT_NOFILE, (200, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+server = socket.create_server(("127.0.0.1", 0), backlog=512)
+port = server.getsockname()[1]
+def hold(conn):
+    while conn.recv(65536):
+        pass
+    conn.close()
+def accept():
+    while True:
+        try:
+            conn = server.accept()[0]
+        except OSError:
+            time.sleep(0.01)
+            continue
+        threading.Thread(target=hold, args=(conn,), daemon=True).start()
+threading.Thread(target=accept, daemon=True).start()
+async def resolve(host, p):
+    return ["127.0.0.1"]
+proxy = EgressProxy(resolver=resolve).start()
+listener = socket.create_server(("127.0.0.1", 0), backlog=512)
+lport = listener.getsockname()[1]
+att = proxy.attach([listener], Allowlist.parse([f"pkg.test:{port}", f"127.0.0.1:{port}"]))
+clients, peak = [], 0
+for _ in range(60):
+    c = socket.create_connection(("127.0.0.1", lport))
+    c.sendall(f"CONNECT pkg.test:{port} HTTP/1.1\\r\\n\\r\\n".encode())
+    clients.append(c)
+deadline = time.monotonic() + 3
+while time.monotonic() < deadline:
+    peak = max(peak, len(os.listdir("/proc/self/fd")))
+    time.sleep(0.05)
+for c in clients:
+    c.close()
+time.sleep(0.5)
+c = socket.create_connection(("127.0.0.1", lport), timeout=5)
+c.sendall(f"CONNECT pkg.test:{port} HTTP/1.1\\r\\n\\r\\n".encode())
+print(c.recv(64).decode().splitlines()[0], peak, proxy.max_connections, flush=True)
+"""
+
+
+def test_the_proxy_keeps_within_the_agents_descriptor_limit(tmp_path: Path) -> None:
+    """Connections held open through the proxy never take the agent's descriptors
+    (RLIMIT_NOFILE soft 200 here, 7 per connection): past the proxy's share clients
+    wait in the backlog, the agent keeps descriptors of its own, and a listener whose
+    accept failed keeps being served."""
+    script = tmp_path / "starved.py"
+    script.write_text(_FD_STARVED_AGENT)
+    repo = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=40, env={**os.environ, "PYTHONPATH": str(repo)})  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Connection established" in r.stdout, (r.stdout, r.stderr[-3000:])
+    peak, limit = r.stdout.split()[-2:]
+    assert "Too many open files" not in r.stderr, r.stderr[-3000:]
+    assert int(peak) < 200 and int(limit) <= 200 // 2 // 7, r.stdout

@@ -32,6 +32,7 @@ import fcntl
 import functools
 import ipaddress
 import os
+import resource
 import socket
 import threading
 import time
@@ -187,6 +188,9 @@ class EgressProxy:
         loop = asyncio.new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
+        self.max_connections = min(self.max_connections, descriptor_budget())
+        self.max_connections_per_command = min(self.max_connections_per_command,
+                                               self.max_connections)  # fmt: skip
         self._slots = asyncio.Semaphore(self.max_connections)
         self._started.set()
         try:
@@ -281,6 +285,14 @@ class EgressProxy:
                 raise
             try:
                 conn, _ = await loop.sock_accept(listener)
+            except OSError:
+                # EMFILE, ENFILE, ENOBUFS, a client gone before accept: the listener
+                # stays served (an accept loop that died would leave the command's
+                # clients hanging in the backlog until it ends).
+                self._slots.release()
+                att._slots.release()
+                await asyncio.sleep(0.05)
+                continue
             except BaseException:
                 self._slots.release()
                 att._slots.release()
@@ -650,6 +662,23 @@ async def _splice_one_way(src: socket.socket, dst: socket.socket, size: int) -> 
         os.close(w)
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
+
+
+# Descriptors one proxied connection holds at most: the client's socket, the upstream
+# socket (and one more while a second address is tried), a pipe (two descriptors) per
+# direction for splice.
+DESCRIPTORS_PER_CONNECTION = 7
+
+
+def descriptor_budget() -> int:
+    """How many connections the proxy may hold at once in this process: their
+    descriptors take at most half of RLIMIT_NOFILE's soft limit, so that commands
+    streaming through the proxy never run the agent out of descriptors (a soft limit
+    of 1024, a common default, gives 73)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 20
+    return max(4, soft // 2 // DESCRIPTORS_PER_CONNECTION)
 
 
 _shared: EgressProxy | None = None
