@@ -471,3 +471,58 @@ def test_the_proxy_keeps_within_the_agents_descriptor_limit(tmp_path: Path) -> N
     peak, limit = r.stdout.split()[-2:]
     assert "Too many open files" not in r.stderr, r.stderr[-3000:]
     assert int(peak) < 200 and int(limit) <= 200 // 2 // 7, r.stdout
+
+
+_OWN_ADDRESS = """
+import socket, subprocess, sys, threading
+from sandbox.bash.network import Allowlist, EgressProxy
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+# A public address of this (namespaced) machine, as a server's public IP on its NIC.
+subprocess.run(["ip", "addr", "add", "11.22.33.44/32", "dev", "lo"], check=True)
+server = socket.create_server(("0.0.0.0", 0))  # a host service on every address
+port = server.getsockname()[1]
+def serve():
+    while True:
+        c, _ = server.accept()
+        c.sendall(b"SECRET of the host\\n")
+        c.close()
+threading.Thread(target=serve, daemon=True).start()
+async def resolve(host, p):
+    return ["11.22.33.44"]
+proxy = EgressProxy(resolver=resolve).start()
+for entries in ([f"pub.test:{port}"], [f"pub.test:{port}", f"11.22.33.44:{port}"]):
+    listener = socket.create_server(("127.0.0.1", 0))
+    att = proxy.attach([listener], Allowlist.parse(entries))
+    c = socket.create_connection(listener.getsockname(), timeout=5)
+    c.sendall(f"CONNECT pub.test:{port} HTTP/1.1\\r\\n\\r\\n".encode())
+    data = b""
+    while b"\\n" not in data.partition(b"\\r\\n\\r\\n")[2] and b"Connection: close" not in data:
+        chunk = c.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    print(repr(data.decode()), repr(proxy.detach(att)["denied"]), flush=True)
+"""
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("ip") is None,
+                    reason="needs unshare and ip")  # fmt: skip
+def test_a_listed_name_resolving_to_an_address_of_this_machine_reaches_nothing(
+    tmp_path: Path,
+) -> None:
+    """A public address can be the machine's own (its NIC's): connecting there reaches
+    every host service listening on 0.0.0.0, as 127.0.0.1 would. A listed (or asked
+    for) name that resolves to it is refused, unless an entry names the address."""
+    script = tmp_path / "own.py"
+    script.write_text(_OWN_ADDRESS)
+    repo = Path(__file__).resolve().parents[1]
+    probe = subprocess.run(["unshare", "-Urn", "true"], capture_output=True)
+    if probe.returncode:
+        pytest.skip("cannot make a user and network namespace here")
+    r = subprocess.run(["unshare", "-Urn", sys.executable, str(script)], capture_output=True,
+                       text=True, timeout=40, env={**os.environ, "PYTHONPATH": str(repo)})  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    refused, named = r.stdout.splitlines()
+    assert "SECRET" not in refused and "403 Forbidden" in refused, refused
+    assert "11.22.33.44 (an address of this machine)" in refused, refused
+    assert "SECRET of the host" in named, named  # an entry that names the address

@@ -93,6 +93,46 @@ async def _system_resolver(host: str, port: int) -> Sequence[str]:
     return seen
 
 
+def _nonlocal_bind(family: int) -> bool:
+    path = ("/proc/sys/net/ipv6/ip_nonlocal_bind" if family == socket.AF_INET6
+            else "/proc/sys/net/ipv4/ip_nonlocal_bind")  # fmt: skip
+    try:
+        with open(path, "rb") as f:
+            return f.read().strip() != b"0"
+    except OSError:
+        return False
+
+
+def _this_machine(address: str) -> str | None:
+    """"an address of this machine" when ``address`` is one of the proxy's own network
+    namespace (an interface's address, or inside a local route), else None.
+
+    A public address can be the machine's own (a server whose public IP sits on its
+    interface): connecting there reaches every host service listening on 0.0.0.0, just
+    as 127.0.0.1 does. Binding to an address succeeds only for a local one (unless
+    ip_nonlocal_bind is set: then a connected UDP socket, which sends nothing, tells,
+    as the kernel picks a local destination's own address as the source)."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((str(ip), 0))
+        except OSError:
+            return None
+        if _nonlocal_bind(family):
+            try:
+                probe.close()
+                with socket.socket(family, socket.SOCK_DGRAM) as routed:
+                    routed.connect((str(ip), 9))
+                    if ipaddress.ip_address(routed.getsockname()[0]) != ip:
+                        return None
+            except OSError:
+                return None
+    return "an address of this machine"
+
+
 class _Refused(Exception):
     """A connection the proxy will not make; ``status`` is the HTTP status to send."""
 
@@ -510,7 +550,7 @@ class EgressProxy:
                 raise _Refused(f"{host} does not resolve: {exc}", 502, 0x04) from None
         usable, refused = [], []
         for address in addresses:
-            why = special_address(address)
+            why = special_address(address) or _this_machine(address)
             if (why is None or (rule is not None and rule.names_address(address))
                     or att.allowlist.names_address(address, port)):  # fmt: skip
                 usable.append(address)
