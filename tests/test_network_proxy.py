@@ -526,3 +526,33 @@ def test_a_listed_name_resolving_to_an_address_of_this_machine_reaches_nothing(
     assert "SECRET" not in refused and "403 Forbidden" in refused, refused
     assert "11.22.33.44 (an address of this machine)" in refused, refused
     assert "SECRET of the host" in named, named  # an entry that names the address
+
+
+def test_a_dripping_socks_handshake_is_cut_at_the_head_timeout(site: tuple[Path, int]) -> None:
+    """A SOCKS5 client sending its handshake a byte at a time, each just inside a
+    read's timeout, is cut when the whole handshake's time is up (as an HTTP head is)."""
+    _, port = site
+    with _proxy([f"pkg.test:{port}"], {"pkg.test": ["127.0.0.1"]}) as (proxy, env, _a):
+        proxy.head_timeout = 1.0
+        sport = int(env["ALL_PROXY"].rsplit(":", 1)[1])
+        handshake = b"\x05\x01\x00\x05\x01\x00\x03\x08pkg.test" + port.to_bytes(2, "big")
+        with socket.create_connection(("127.0.0.1", sport), timeout=5) as c:
+            start = time.monotonic()
+            closed_at = None
+            for byte in handshake:
+                try:
+                    c.sendall(bytes([byte]))
+                except OSError:
+                    closed_at = time.monotonic()
+                    break
+                time.sleep(0.4)
+                c.setblocking(False)
+                try:
+                    if c.recv(64) == b"":
+                        closed_at = time.monotonic()
+                        break
+                except BlockingIOError:
+                    pass
+                finally:
+                    c.setblocking(True)
+            assert closed_at is not None and closed_at - start < 3, "the drip was served"

@@ -448,12 +448,18 @@ class EgressProxy:
 
     async def _socks5(self, att: Attachment, conn: socket.socket) -> socket.socket | None:
         loop = asyncio.get_running_loop()
+        # One deadline for the whole handshake, as for an HTTP head: a client dripping
+        # a byte just inside each read's timeout held its slot for hours.
+        deadline = time.monotonic() + self.head_timeout
 
         async def read(n: int) -> bytes:
             data = b""
             while len(data) < n:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("the SOCKS5 handshake did not arrive in time")
                 chunk = await asyncio.wait_for(loop.sock_recv(conn, n - len(data)),
-                                               self.head_timeout)  # fmt: skip
+                                               remaining)  # fmt: skip
                 if not chunk:
                     raise asyncio.IncompleteReadError(data, n)
                 data += chunk
