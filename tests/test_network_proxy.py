@@ -556,3 +556,25 @@ def test_a_dripping_socks_handshake_is_cut_at_the_head_timeout(site: tuple[Path,
                 finally:
                     c.setblocking(True)
             assert closed_at is not None and closed_at - start < 3, "the drip was served"
+
+
+def test_a_command_cycling_through_names_keeps_its_report_bounded(
+    site: tuple[Path, int],
+) -> None:
+    """Each refused name was kept in the agent's memory and listed in the result: a
+    command cycling through x1.test, x2.test... made ~1,700 a second (10 MB of result
+    in 10 s). Past the first 100 destinations of a kind, they are counted together."""
+    _, port = site
+    with _proxy([f"pkg.test:{port}"], {}) as (proxy, env, att):
+        hport = int(env["HTTP_PROXY"].rsplit(":", 1)[1])
+        for i in range(150):
+            assert _raw(hport, b"CONNECT x%d.test:1 HTTP/1.1\r\n\r\n" % i).startswith(
+                b"HTTP/1.1 403")  # fmt: skip
+        for _ in range(3):
+            _raw(hport, b"CONNECT x1.test:1 HTTP/1.1\r\n\r\n")
+        denied = proxy.detach(att)["denied"]
+    assert len(denied) == 101
+    assert {"destination": "x1.test:1", "connections": 4,
+            "reason": "x1.test:1 is not in allowed_domains"} in denied  # fmt: skip
+    assert denied[-1]["destination"] == "(other destinations)"
+    assert denied[-1]["connections"] == 50

@@ -55,6 +55,10 @@ __all__ = [
     "shared_proxy",
 ]
 
+# How many destinations of each kind (allowed, denied) a command's report lists one by
+# one; the rest are counted together in one last entry.
+MAX_REPORTED = 100
+
 # Inside the command's own network namespace nothing else listens: fixed ports let the
 # environment be written before the namespace exists.
 HTTP_PORT = 3128
@@ -161,21 +165,36 @@ class Attachment:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
 
+    # Destinations beyond the first MAX_REPORTED of each kind are counted together:
+    # a command cycling through names (x1.test, x2.test, ...) made ~1,700 distinct
+    # refusals a second, each kept in the agent's memory and returned in the result.
+    others: Counter[str] = field(default_factory=Counter)
+
     def report(self) -> dict[str, list[dict[str, Any]]]:
         with self._lock:
-            return {
-                "allowed": [{"destination": d, "connections": n}
-                            for d, n in sorted(self.allowed.items())],
-                "denied": [{"destination": d, "connections": n, "reason": self.reasons[d]}
-                           for d, n in sorted(self.denied.items())],
-            }  # fmt: skip
+            allowed = [{"destination": d, "connections": n}
+                       for d, n in sorted(self.allowed.items())]  # fmt: skip
+            denied = [{"destination": d, "connections": n, "reason": self.reasons[d]}
+                      for d, n in sorted(self.denied.items())]  # fmt: skip
+            for kind, entries in (("allowed", allowed), ("denied", denied)):
+                if self.others[kind]:
+                    entry: dict[str, Any] = {"destination": "(other destinations)",
+                                             "connections": self.others[kind]}  # fmt: skip
+                    if kind == "denied":
+                        entry["reason"] = (f"not listed one by one past the first "
+                                           f"{MAX_REPORTED}")  # fmt: skip
+                    entries.append(entry)
+            return {"allowed": allowed, "denied": denied}
 
     def _count(self, allowed: bool, destination: str, reason: str = "") -> None:
         with self._lock:
-            if allowed:
-                self.allowed[destination] += 1
-            else:
-                self.denied[destination] += 1
+            counter = self.allowed if allowed else self.denied
+            if destination not in counter and len(counter) >= MAX_REPORTED:
+                kind = "allowed" if allowed else "denied"
+                self.others[kind] += 1
+                return
+            counter[destination] += 1
+            if not allowed:
                 self.reasons.setdefault(destination, reason)
 
 
