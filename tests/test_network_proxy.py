@@ -19,6 +19,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -578,3 +579,32 @@ def test_a_command_cycling_through_names_keeps_its_report_bounded(
             "reason": "x1.test:1 is not in allowed_domains"} in denied  # fmt: skip
     assert denied[-1]["destination"] == "(other destinations)"
     assert denied[-1]["connections"] == 50
+
+
+def test_a_command_cycling_through_names_is_asked_a_bounded_number_of_times(
+    site: tuple[Path, int],
+) -> None:
+    """A command cycling through unlisted names put a question to the human for each
+    (~700 a second, each a call record in the store). Past max_questions_per_command
+    distinct names, the rest are refused without asking; a name asked before is still
+    answered."""
+    _, port = site
+    asked: list[str] = []
+
+    async def ask(host: str, port_: int) -> bool:
+        asked.append(host)
+        return False
+
+    async def main() -> dict[str, Any]:
+        with _proxy([f"pkg.test:{port}"], {}, ask=ask) as (proxy, env, att):
+            hport = int(env["HTTP_PROXY"].rsplit(":", 1)[1])
+            for i in [*range(30), 0]:
+                raw = b"CONNECT x%d.test:1 HTTP/1.1\r\n\r\n" % i
+                reply = await asyncio.to_thread(_raw, hport, raw)
+                assert reply.startswith(b"HTTP/1.1 403"), reply
+            return {d["destination"]: d for d in proxy.detach(att)["denied"]}
+
+    denied = asyncio.run(main())
+    assert asked == [f"x{i}.test" for i in range(20)] + ["x0.test"]
+    assert "asked about 20 names already" in denied["x25.test:1"]["reason"]
+    assert denied["x0.test:1"]["connections"] == 2

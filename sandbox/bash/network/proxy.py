@@ -164,6 +164,8 @@ class Attachment:
     _slots: asyncio.Semaphore | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
+    # The distinct (host, port) this command's connections have asked about.
+    asked: set[tuple[str, int]] = field(default_factory=set)
 
     # Destinations beyond the first MAX_REPORTED of each kind are counted together:
     # a command cycling through names (x1.test, x2.test, ...) made ~1,700 distinct
@@ -213,6 +215,7 @@ class EgressProxy:
         chunk_bytes: int = 1 << 20,
         max_connections: int = 256,
         max_connections_per_command: int = 64,
+        max_questions_per_command: int = 20,
     ) -> None:
         self._resolver = resolver or _system_resolver
         self._on_decision = on_decision
@@ -223,6 +226,7 @@ class EgressProxy:
         self.chunk_bytes = chunk_bytes
         self.max_connections = max_connections
         self.max_connections_per_command = max_connections_per_command
+        self.max_questions_per_command = max_questions_per_command
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
@@ -594,6 +598,17 @@ class EgressProxy:
         per name and command; concurrent connections wait for the same answer)."""
         if att.ask is None or att.ask_loop is None:
             return False
+        if (host, port) not in att.asked:
+            # Bounded: a command cycling through names (x1.test, x2.test, ...) put
+            # ~700 questions a second to the human, each a call record in the store.
+            if len(att.asked) >= self.max_questions_per_command:
+                raise _Refused(
+                    f"{host}:{port} is not in allowed_domains, and this command has asked "
+                    f"about {self.max_questions_per_command} names already: the rest are "
+                    "refused without asking (list the names the job needs in "
+                    "allowed_domains)"
+                )
+            att.asked.add((host, port))
         key = (id(att), host, port)
         pending = self._asking.get(key)
         if pending is None:
