@@ -608,3 +608,47 @@ def test_a_command_cycling_through_names_is_asked_a_bounded_number_of_times(
     assert asked == [f"x{i}.test" for i in range(20)] + ["x0.test"]
     assert "asked about 20 names already" in denied["x25.test:1"]["reason"]
     assert denied["x0.test:1"]["connections"] == 2
+
+
+def test_a_stalled_download_parks_a_bounded_amount_in_the_proxy() -> None:
+    """A client that reads fast (so that the kernel grows the proxy's receive buffer)
+    and then stops reading: what the server can still send before it blocks is what
+    the proxy holds for it. Left to autotuning that was up to tcp_rmem's maximum (32
+    MiB) per connection, charged to the agent: 64 such connections of one command
+    parked 1.8 GB."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    sent = [0]
+    blocked = threading.Event()
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 10)
+        conn.settimeout(2)
+        chunk = b"x" * (256 << 10)
+        with contextlib.suppress(OSError):
+            while True:
+                sent[0] += conn.send(chunk)
+        blocked.set()
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    with _proxy([f"pkg.test:{port}", f"127.0.0.1:{port}"], {"pkg.test": ["127.0.0.1"]}) as (
+        _p, env, _a,
+    ):  # fmt: skip
+        hport = int(env["HTTP_PROXY"].rsplit(":", 1)[1])
+        c = socket.socket()
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        c.connect(("127.0.0.1", hport))
+        c.sendall(b"CONNECT pkg.test:%d HTTP/1.1\r\n\r\n" % port)
+        got = 0
+        while got < 200 << 20:  # read fast: the receive buffers grow
+            data = c.recv(1 << 20)
+            assert data
+            got += len(data)
+        read_at_stall = got
+        assert blocked.wait(20), "the server never blocked"
+        parked = sent[0] - read_at_stall
+        c.close()
+    server.close()
+    assert parked < 16 << 20, f"{parked >> 20} MiB parked in the proxy for one connection"

@@ -379,6 +379,7 @@ class EgressProxy:
         upstream: socket.socket | None = None
         try:
             conn.setblocking(False)
+            _bound_buffers(conn)
             loop = asyncio.get_running_loop()
             first = await asyncio.wait_for(loop.sock_recv(conn, 1), self.head_timeout)
             if not first:
@@ -539,6 +540,7 @@ class EgressProxy:
             family = socket.AF_INET6 if ":" in address else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM)
             sock.setblocking(False)
+            _bound_buffers(sock)
             try:
                 await asyncio.wait_for(loop.sock_connect(sock, (address, port)),
                                        self.connect_timeout)  # fmt: skip
@@ -666,6 +668,23 @@ class EgressProxy:
         finally:
             with contextlib.suppress(OSError):
                 dst.shutdown(socket.SHUT_WR)
+
+
+# The kernel buffers of the proxy's own sockets (the accepted one and the upstream one).
+# Left to autotuning, a receive buffer grows to tcp_rmem's maximum (32 MiB here) while
+# the client reads fast, and keeps what arrives once it stops: a command with 64
+# connections that read a little and then stalled parked 1.8 GB in the agent's socket
+# buffers (charged to the agent, not to the command's memory limit). Fixed sizes bound
+# that to a few MiB per connection; the kernel doubles them for its bookkeeping, and a
+# 2 MiB receive buffer still carries ~30 MB/s per connection at a 100 ms round trip.
+RECEIVE_BUFFER = 2 << 20
+SEND_BUFFER = 1 << 20
+
+
+def _bound_buffers(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
 
 
 _HAS_SPLICE = hasattr(os, "splice")
