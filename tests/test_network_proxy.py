@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from sandbox.bash.network import Allowlist, EgressProxy, parse_entry, proxy_environment
-from sandbox.bash.network.allowlist import special_address
+from sandbox.bash.network.allowlist import normalize_host, special_address
 from sandbox.errors import ConfigurationError
 
 pytestmark = pytest.mark.timeout(60)
@@ -652,3 +652,16 @@ def test_a_stalled_download_parks_a_bounded_amount_in_the_proxy() -> None:
         c.close()
     server.close()
     assert parked < 16 << 20, f"{parked >> 20} MiB parked in the proxy for one connection"
+
+
+@pytest.mark.parametrize("name", ["faß.de", "FAẞ.de", "βόλος.com", "a\u200db.example",
+                                  "a\u200cb.example", "*.straße.example"])  # fmt: skip
+def test_names_idna_2003_and_2008_read_differently_are_refused(name: str) -> None:
+    """Python's idna codec (IDNA 2003) maps faß.de to fass.de; curl, browsers and
+    registries (IDNA 2008) read it as xn--fa-hia.de, another domain: an entry written
+    one way allowed a domain nobody wrote. Both entries and requests are refused."""
+    with pytest.raises(ConfigurationError, match="IDNA 2003 maps away"):
+        parse_entry(name)
+    with pytest.raises(ValueError, match="xn-- form"):
+        normalize_host(name.removeprefix("*."))
+    assert parse_entry("xn--fa-hia.de").host == "xn--fa-hia.de"
