@@ -665,3 +665,29 @@ def test_names_idna_2003_and_2008_read_differently_are_refused(name: str) -> Non
     with pytest.raises(ValueError, match="xn-- form"):
         normalize_host(name.removeprefix("*."))
     assert parse_entry("xn--fa-hia.de").host == "xn--fa-hia.de"
+
+
+def test_a_question_nobody_answers_is_a_refusal_with_a_reply(site: tuple[Path, int]) -> None:
+    """ask_timeout passed: the client gets a 403 saying so and the report lists it (a
+    TimeoutError used to close the connection with neither)."""
+    _, port = site
+
+    async def ask(host: str, port_: int) -> bool:
+        await asyncio.sleep(30)
+        return True
+
+    async def main() -> tuple[bytes, list[dict[str, Any]]]:
+        with _proxy([f"pkg.test:{port}"], {"slow.test": ["127.0.0.1"]}, ask=ask) as (
+            proxy, env, att,
+        ):  # fmt: skip
+            proxy.ask_timeout = 0.5
+            hport = int(env["HTTP_PROXY"].rsplit(":", 1)[1])
+            reply = await asyncio.to_thread(_raw, hport, b"CONNECT slow.test:1 HTTP/1.1\r\n\r\n")
+            return reply, proxy.detach(att)["denied"]
+
+    reply, denied = asyncio.run(main())
+    assert reply.startswith(b"HTTP/1.1 403"), reply
+    assert b"no answer came in 0.5 s" in reply
+    assert denied == [{"destination": "slow.test:1", "connections": 1,
+                       "reason": "slow.test:1 is not in allowed_domains, and no answer came "
+                       "in 0.5 s"}]  # fmt: skip

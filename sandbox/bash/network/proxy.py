@@ -620,7 +620,15 @@ class EgressProxy:
                 future = asyncio.run_coroutine_threadsafe(
                     _as_coroutine(att.ask(host, port)), att.ask_loop
                 )
-                answer = await asyncio.wait_for(asyncio.wrap_future(future), self.ask_timeout)
+                try:
+                    answer = await asyncio.wait_for(asyncio.wrap_future(future),
+                                                    self.ask_timeout)  # fmt: skip
+                except TimeoutError:
+                    # Refused with a reply and a line in the report, as any refusal
+                    # (the TimeoutError closed the connection without either).
+                    pending.set_result(False)
+                    raise _Refused(f"{host}:{port} is not in allowed_domains, and no "
+                                   f"answer came in {self.ask_timeout:g} s") from None  # fmt: skip
                 pending.set_result(bool(answer is True))
             except BaseException:
                 if not pending.done():
