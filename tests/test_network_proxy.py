@@ -691,3 +691,45 @@ def test_a_question_nobody_answers_is_a_refusal_with_a_reply(site: tuple[Path, i
     assert denied == [{"destination": "slow.test:1", "connections": 1,
                        "reason": "slow.test:1 is not in allowed_domains, and no answer came "
                        "in 0.5 s"}]  # fmt: skip
+
+
+@needs_curl
+def test_a_kept_alive_proxy_connection_never_carries_a_request_to_another_host() -> None:
+    """curl keeps a proxy connection alive and sends its next plain-HTTP request, for
+    another host, down it. The proxy had joined that connection to the first host: the
+    second request (with the second host's credentials) reached the first host, whose
+    answer curl took as the second's. Each response is now told Connection: close."""
+    seen: dict[str, list[bytes]] = {"a": [], "b": []}
+
+    def keep_alive_server(tag: str) -> int:
+        """Answers every request on a connection, ignoring Connection: close."""
+        server = socket.create_server(("127.0.0.1", 0))
+
+        def handle(conn: socket.socket) -> None:
+            buf = b""
+            with contextlib.suppress(OSError):
+                while data := conn.recv(65536):
+                    buf += data
+                    while b"\r\n\r\n" in buf:
+                        head, buf = buf.split(b"\r\n\r\n", 1)
+                        seen[tag].append(head)
+                        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n"
+                                     + tag.encode())  # fmt: skip
+
+        def accept() -> None:
+            with contextlib.suppress(OSError):
+                while True:
+                    threading.Thread(target=handle, args=(server.accept()[0],),
+                                     daemon=True).start()  # fmt: skip
+
+        threading.Thread(target=accept, daemon=True).start()
+        return int(server.getsockname()[1])
+
+    pa, pb = keep_alive_server("a"), keep_alive_server("b")
+    entries = [f"a.test:{pa}", f"b.test:{pb}", f"127.0.0.1:{pa}", f"127.0.0.1:{pb}"]
+    with _proxy(entries, {"a.test": ["127.0.0.1"], "b.test": ["127.0.0.1"]}) as (_p, env, _a):
+        r = _curl(env, f"http://a.test:{pa}/one", "--next", "-u", "user:secret-of-b",
+                  f"http://b.test:{pb}/two")  # fmt: skip
+    assert r.stdout == "ab", (r.stdout, seen)
+    assert len(seen["a"]) == 1 and b"secret" not in b"".join(seen["a"])
+    assert len(seen["b"]) == 1

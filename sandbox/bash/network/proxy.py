@@ -384,16 +384,17 @@ class EgressProxy:
             first = await asyncio.wait_for(loop.sock_recv(conn, 1), self.head_timeout)
             if not first:
                 return
+            plain = False
             if first == b"\x05":
                 upstream = await self._socks5(att, conn)
                 rest = b""
             else:
-                upstream, rest = await self._http(att, conn, first)
+                upstream, rest, plain = await self._http(att, conn, first)
             if upstream is None:
                 return
             if rest:
                 await loop.sock_sendall(upstream, rest)
-            await self._pipe(conn, upstream)
+            await self._pipe(conn, upstream, close_after_response=plain)
         except (TimeoutError, OSError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -424,7 +425,7 @@ class EgressProxy:
 
     async def _http(
         self, att: Attachment, conn: socket.socket, first: bytes
-    ) -> tuple[socket.socket | None, bytes]:
+    ) -> tuple[socket.socket | None, bytes, bool]:
         loop = asyncio.get_running_loop()
         destination = "?"
         try:
@@ -441,7 +442,7 @@ class EgressProxy:
                 destination = _destination(host, port)
                 upstream = await self._open(att, host, port)
                 await loop.sock_sendall(conn, b"HTTP/1.1 200 Connection established\r\n\r\n")
-                return upstream, rest
+                return upstream, rest, False
             if not target.lower().startswith("http://"):
                 why = ("an https:// URL is fetched through CONNECT (the proxy does not "
                        "open TLS itself)" if target.lower().startswith("https://")
@@ -460,7 +461,7 @@ class EgressProxy:
             headers = _forwarded_headers(lines[1:], authority)
             upstream = await self._open(att, host, port)
             request = f"{method} {path} {version}\r\n".encode("ascii") + headers + b"\r\n"
-            return upstream, request + rest
+            return upstream, request + rest, True
         except _Refused as refusal:
             body = (f"sandbox egress proxy: {destination} refused: {refusal.reason}\n").encode()
             reply = (f"HTTP/1.1 {refusal.status} {_REASONS.get(refusal.status, 'Error')}\r\n"
@@ -468,7 +469,7 @@ class EgressProxy:
                      f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()  # fmt: skip
             with contextlib.suppress(OSError):
                 await asyncio.wait_for(loop.sock_sendall(conn, reply + body), 5)
-            return None, b""
+            return None, b"", False
 
     async def _socks5(self, att: Attachment, conn: socket.socket) -> socket.socket | None:
         loop = asyncio.get_running_loop()
@@ -650,15 +651,65 @@ class EgressProxy:
 
     # ------------------------------------------------------------------ streaming
 
-    async def _pipe(self, a: socket.socket, b: socket.socket) -> None:
+    async def _pipe(self, a: socket.socket, b: socket.socket, *,
+                    close_after_response: bool = False) -> None:  # fmt: skip
+        """Bytes both ways until both sides are done. ``close_after_response``: a plain
+        HTTP request (absolute-form) went to ``b``, the host its URL names; its
+        response is told ``Connection: close``. Without that a client that keeps
+        proxy connections alive (curl does) sent its next request, for another host,
+        down the same connection: to the first host, with the other's credentials,
+        and took the first host's answer as the other's."""
         one_way = _splice_one_way if _HAS_SPLICE else self._copy_one_way
+
+        async def down_stream() -> None:
+            if close_after_response and not await self._response_head(b, a):
+                with contextlib.suppress(OSError):
+                    a.shutdown(socket.SHUT_WR)
+                return
+            await one_way(b, a, self.chunk_bytes)
+
         up = asyncio.create_task(one_way(a, b, self.chunk_bytes))
-        down = asyncio.create_task(one_way(b, a, self.chunk_bytes))
+        down = asyncio.create_task(down_stream())
         try:
             await asyncio.gather(up, down)
         finally:
             up.cancel()
             down.cancel()
+
+    async def _response_head(self, upstream: socket.socket, conn: socket.socket) -> bool:
+        """Relay the response head(s) from ``upstream`` to ``conn`` with the connection
+        headers replaced by ``Connection: close`` (interim 1xx heads pass as they are).
+        False when there is no well-formed head within max_head_bytes: the client is
+        then cut off (whatever it got is what the upstream sent)."""
+        loop = asyncio.get_running_loop()
+        buf = bytearray()
+        while True:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > self.max_head_bytes:
+                    return False
+                data = await loop.sock_recv(upstream, 16384)
+                if not data:
+                    if buf:
+                        await loop.sock_sendall(conn, bytes(buf))
+                    return False
+                buf += data
+                continue
+            status_line, *fields = bytes(buf[:end]).split(b"\r\n")
+            rest = bytes(buf[end + 4 :])
+            parts = status_line.split(b" ", 2)
+            interim = (len(parts) >= 2 and parts[0].startswith(b"HTTP/")
+                       and parts[1][:1] == b"1")  # fmt: skip
+            if not interim:
+                fields = [f for f in fields if f.partition(b":")[0].strip().lower()
+                          not in (b"connection", b"keep-alive", b"proxy-connection")]
+                fields.append(b"Connection: close")
+            await loop.sock_sendall(conn, b"\r\n".join([status_line, *fields]) + b"\r\n\r\n")
+            buf = bytearray(rest)
+            if not interim:
+                if buf:
+                    await loop.sock_sendall(conn, bytes(buf))
+                return True
 
     @staticmethod
     async def _copy_one_way(src: socket.socket, dst: socket.socket, size: int) -> None:
