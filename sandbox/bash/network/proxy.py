@@ -684,7 +684,11 @@ class EgressProxy:
         loop = asyncio.get_running_loop()
         buf = bytearray()
         while True:
-            end = buf.find(b"\r\n\r\n")
+            # A head may end its lines with a bare LF (RFC 9112 2.2 lets a recipient
+            # read it so): waiting for CRLF CRLF would hold such a response back.
+            ends = [(i, n) for i, n in ((buf.find(b"\r\n\r\n"), 4), (buf.find(b"\n\n"), 2))
+                    if i >= 0]  # fmt: skip
+            end, size = min(ends) if ends else (-1, 0)
             if end < 0:
                 if len(buf) > self.max_head_bytes:
                     return False
@@ -695,8 +699,9 @@ class EgressProxy:
                     return False
                 buf += data
                 continue
-            status_line, *fields = bytes(buf[:end]).split(b"\r\n")
-            rest = bytes(buf[end + 4 :])
+            status_line, *fields = [line.removesuffix(b"\r")
+                                    for line in bytes(buf[:end]).split(b"\n")]  # fmt: skip
+            rest = bytes(buf[end + size :])
             parts = status_line.split(b" ", 2)
             interim = (len(parts) >= 2 and parts[0].startswith(b"HTTP/")
                        and parts[1][:1] == b"1")  # fmt: skip
