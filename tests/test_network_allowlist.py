@@ -431,3 +431,26 @@ def test_the_audit_log_records_each_decision(shared_workspace: Path, site: int,
     network = finished[0]["network"]
     assert network["allowed"] == [{"destination": f"localhost:{site}", "connections": 1}]
     assert network["denied"][0]["destination"] == f"127.0.0.1:{site}"
+
+
+@needs
+def test_a_yes_for_one_call_is_not_replayed_to_another(shared_workspace: Path, site: int) -> None:
+    """Each (call, destination) is its own question, also for calls whose ids share a
+    long prefix (the question's id once held only the first 226 characters)."""
+    port = site
+    asked: list[dict[str, Any]] = []
+    answers = iter([True, False])
+    runner = _asking_runner(shared_workspace, lambda req: next(answers), asked,
+                            ("listed.test", f"127.0.0.1:{port}"))  # fmt: skip
+    cmd = f"curl -sS -o /dev/null -w '%{{http_code}}' http://asked.test:{port}/hello.txt"
+    prefix = "p" * 226
+
+    async def main() -> list[dict[str, Any]]:
+        with _names({"asked.test": ["127.0.0.1"]}):
+            return [await runner.call("execute_bash", {"command": cmd}, call_id=prefix + tail)
+                    for tail in ("-first-call", "-second-call")]  # fmt: skip
+
+    first, second = asyncio.run(main())
+    assert first["stdout"] == "200", first
+    assert len(asked) == 2, asked  # the second call was asked too
+    assert second["stdout"] == "403", second  # and its no was kept

@@ -750,7 +750,10 @@ class ToolRunner:
         tool = self._network_tool
         if tool is None:
             tool = self._network_tool = NetworkAccessTool()
-        digest = hashlib.sha256(f"{host}:{port}".encode()).hexdigest()[:16]
+        # The digest covers the whole call id: a truncated one let two calls whose ids
+        # share their first 226 characters share one answer (a yes given once to one
+        # call's connection was replayed to the other's).
+        digest = hashlib.sha256(f"{call_id}\0{host}:{port}".encode()).hexdigest()[:16]
         ask_id = f"{call_id[: MAX_CALL_ID - 30]}/network/{digest}"
         try:
             result = await self._call(tool, NETWORK_TOOL,

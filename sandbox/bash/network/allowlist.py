@@ -73,6 +73,13 @@ def special_address(address: str) -> str | None:
     return None
 
 
+# The IDNA deviation characters: Python's codec (IDNA 2003) maps "faß.de" to fass.de,
+# "βόλος" with a final sigma to the non-final one, and drops ZWJ/ZWNJ; IDNA 2008 (what
+# curl, browsers and registries use) keeps them: xn--fa-hia.de is another domain, with
+# another owner. An entry written with one would allow a domain nobody wrote.
+_DEVIATIONS = frozenset("\u00df\u1e9e\u03c2\u200c\u200d")  # ß, ẞ, ς, ZWNJ, ZWJ
+
+
 def _ip_literal(text: str) -> str | None:
     try:
         return str(ipaddress.ip_address(text))
@@ -99,6 +106,13 @@ def normalize_host(host: str) -> str:
         return literal
     if h.endswith("."):
         h = h[:-1]
+    deviation = next((c for c in h if c in _DEVIATIONS), None)
+    if deviation is not None:
+        raise ValueError(
+            f"{host!r} holds {deviation!r} (U+{ord(deviation):04X}), which IDNA 2003 maps "
+            "away and IDNA 2008 keeps, so it names two different domains: write the "
+            "name's xn-- form"
+        )
     try:
         ascii_name = h.encode("idna").decode("ascii").lower()
     except UnicodeError as exc:

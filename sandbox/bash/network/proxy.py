@@ -32,6 +32,7 @@ import fcntl
 import functools
 import ipaddress
 import os
+import resource
 import socket
 import threading
 import time
@@ -53,6 +54,10 @@ __all__ = [
     "resolver_for_tests",
     "shared_proxy",
 ]
+
+# How many destinations of each kind (allowed, denied) a command's report lists one by
+# one; the rest are counted together in one last entry.
+MAX_REPORTED = 100
 
 # Inside the command's own network namespace nothing else listens: fixed ports let the
 # environment be written before the namespace exists.
@@ -92,6 +97,46 @@ async def _system_resolver(host: str, port: int) -> Sequence[str]:
     return seen
 
 
+def _nonlocal_bind(family: int) -> bool:
+    path = ("/proc/sys/net/ipv6/ip_nonlocal_bind" if family == socket.AF_INET6
+            else "/proc/sys/net/ipv4/ip_nonlocal_bind")  # fmt: skip
+    try:
+        with open(path, "rb") as f:
+            return f.read().strip() != b"0"
+    except OSError:
+        return False
+
+
+def _this_machine(address: str) -> str | None:
+    """"an address of this machine" when ``address`` is one of the proxy's own network
+    namespace (an interface's address, or inside a local route), else None.
+
+    A public address can be the machine's own (a server whose public IP sits on its
+    interface): connecting there reaches every host service listening on 0.0.0.0, just
+    as 127.0.0.1 does. Binding to an address succeeds only for a local one (unless
+    ip_nonlocal_bind is set: then a connected UDP socket, which sends nothing, tells,
+    as the kernel picks a local destination's own address as the source)."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((str(ip), 0))
+        except OSError:
+            return None
+        if _nonlocal_bind(family):
+            try:
+                probe.close()
+                with socket.socket(family, socket.SOCK_DGRAM) as routed:
+                    routed.connect((str(ip), 9))
+                    if ipaddress.ip_address(routed.getsockname()[0]) != ip:
+                        return None
+            except OSError:
+                return None
+    return "an address of this machine"
+
+
 class _Refused(Exception):
     """A connection the proxy will not make; ``status`` is the HTTP status to send."""
 
@@ -119,22 +164,39 @@ class Attachment:
     _slots: asyncio.Semaphore | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
+    # The distinct (host, port) this command's connections have asked about.
+    asked: set[tuple[str, int]] = field(default_factory=set)
+
+    # Destinations beyond the first MAX_REPORTED of each kind are counted together:
+    # a command cycling through names (x1.test, x2.test, ...) made ~1,700 distinct
+    # refusals a second, each kept in the agent's memory and returned in the result.
+    others: Counter[str] = field(default_factory=Counter)
 
     def report(self) -> dict[str, list[dict[str, Any]]]:
         with self._lock:
-            return {
-                "allowed": [{"destination": d, "connections": n}
-                            for d, n in sorted(self.allowed.items())],
-                "denied": [{"destination": d, "connections": n, "reason": self.reasons[d]}
-                           for d, n in sorted(self.denied.items())],
-            }  # fmt: skip
+            allowed = [{"destination": d, "connections": n}
+                       for d, n in sorted(self.allowed.items())]  # fmt: skip
+            denied = [{"destination": d, "connections": n, "reason": self.reasons[d]}
+                      for d, n in sorted(self.denied.items())]  # fmt: skip
+            for kind, entries in (("allowed", allowed), ("denied", denied)):
+                if self.others[kind]:
+                    entry: dict[str, Any] = {"destination": "(other destinations)",
+                                             "connections": self.others[kind]}  # fmt: skip
+                    if kind == "denied":
+                        entry["reason"] = (f"not listed one by one past the first "
+                                           f"{MAX_REPORTED}")  # fmt: skip
+                    entries.append(entry)
+            return {"allowed": allowed, "denied": denied}
 
     def _count(self, allowed: bool, destination: str, reason: str = "") -> None:
         with self._lock:
-            if allowed:
-                self.allowed[destination] += 1
-            else:
-                self.denied[destination] += 1
+            counter = self.allowed if allowed else self.denied
+            if destination not in counter and len(counter) >= MAX_REPORTED:
+                kind = "allowed" if allowed else "denied"
+                self.others[kind] += 1
+                return
+            counter[destination] += 1
+            if not allowed:
                 self.reasons.setdefault(destination, reason)
 
 
@@ -153,6 +215,7 @@ class EgressProxy:
         chunk_bytes: int = 1 << 20,
         max_connections: int = 256,
         max_connections_per_command: int = 64,
+        max_questions_per_command: int = 20,
     ) -> None:
         self._resolver = resolver or _system_resolver
         self._on_decision = on_decision
@@ -163,6 +226,7 @@ class EgressProxy:
         self.chunk_bytes = chunk_bytes
         self.max_connections = max_connections
         self.max_connections_per_command = max_connections_per_command
+        self.max_questions_per_command = max_questions_per_command
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
@@ -187,6 +251,9 @@ class EgressProxy:
         loop = asyncio.new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
+        self.max_connections = min(self.max_connections, descriptor_budget())
+        self.max_connections_per_command = min(self.max_connections_per_command,
+                                               self.max_connections)  # fmt: skip
         self._slots = asyncio.Semaphore(self.max_connections)
         self._started.set()
         try:
@@ -281,6 +348,14 @@ class EgressProxy:
                 raise
             try:
                 conn, _ = await loop.sock_accept(listener)
+            except OSError:
+                # EMFILE, ENFILE, ENOBUFS, a client gone before accept: the listener
+                # stays served (an accept loop that died would leave the command's
+                # clients hanging in the backlog until it ends).
+                self._slots.release()
+                att._slots.release()
+                await asyncio.sleep(0.05)
+                continue
             except BaseException:
                 self._slots.release()
                 att._slots.release()
@@ -304,20 +379,22 @@ class EgressProxy:
         upstream: socket.socket | None = None
         try:
             conn.setblocking(False)
+            _bound_buffers(conn)
             loop = asyncio.get_running_loop()
             first = await asyncio.wait_for(loop.sock_recv(conn, 1), self.head_timeout)
             if not first:
                 return
+            plain = False
             if first == b"\x05":
                 upstream = await self._socks5(att, conn)
                 rest = b""
             else:
-                upstream, rest = await self._http(att, conn, first)
+                upstream, rest, plain = await self._http(att, conn, first)
             if upstream is None:
                 return
             if rest:
                 await loop.sock_sendall(upstream, rest)
-            await self._pipe(conn, upstream)
+            await self._pipe(conn, upstream, close_after_response=plain)
         except (TimeoutError, OSError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -348,7 +425,7 @@ class EgressProxy:
 
     async def _http(
         self, att: Attachment, conn: socket.socket, first: bytes
-    ) -> tuple[socket.socket | None, bytes]:
+    ) -> tuple[socket.socket | None, bytes, bool]:
         loop = asyncio.get_running_loop()
         destination = "?"
         try:
@@ -365,7 +442,7 @@ class EgressProxy:
                 destination = _destination(host, port)
                 upstream = await self._open(att, host, port)
                 await loop.sock_sendall(conn, b"HTTP/1.1 200 Connection established\r\n\r\n")
-                return upstream, rest
+                return upstream, rest, False
             if not target.lower().startswith("http://"):
                 why = ("an https:// URL is fetched through CONNECT (the proxy does not "
                        "open TLS itself)" if target.lower().startswith("https://")
@@ -384,7 +461,7 @@ class EgressProxy:
             headers = _forwarded_headers(lines[1:], authority)
             upstream = await self._open(att, host, port)
             request = f"{method} {path} {version}\r\n".encode("ascii") + headers + b"\r\n"
-            return upstream, request + rest
+            return upstream, request + rest, True
         except _Refused as refusal:
             body = (f"sandbox egress proxy: {destination} refused: {refusal.reason}\n").encode()
             reply = (f"HTTP/1.1 {refusal.status} {_REASONS.get(refusal.status, 'Error')}\r\n"
@@ -392,16 +469,22 @@ class EgressProxy:
                      f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()  # fmt: skip
             with contextlib.suppress(OSError):
                 await asyncio.wait_for(loop.sock_sendall(conn, reply + body), 5)
-            return None, b""
+            return None, b"", False
 
     async def _socks5(self, att: Attachment, conn: socket.socket) -> socket.socket | None:
         loop = asyncio.get_running_loop()
+        # One deadline for the whole handshake, as for an HTTP head: a client dripping
+        # a byte just inside each read's timeout held its slot for hours.
+        deadline = time.monotonic() + self.head_timeout
 
         async def read(n: int) -> bytes:
             data = b""
             while len(data) < n:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("the SOCKS5 handshake did not arrive in time")
                 chunk = await asyncio.wait_for(loop.sock_recv(conn, n - len(data)),
-                                               self.head_timeout)  # fmt: skip
+                                               remaining)  # fmt: skip
                 if not chunk:
                     raise asyncio.IncompleteReadError(data, n)
                 data += chunk
@@ -458,6 +541,7 @@ class EgressProxy:
             family = socket.AF_INET6 if ":" in address else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM)
             sock.setblocking(False)
+            _bound_buffers(sock)
             try:
                 await asyncio.wait_for(loop.sock_connect(sock, (address, port)),
                                        self.connect_timeout)  # fmt: skip
@@ -498,7 +582,7 @@ class EgressProxy:
                 raise _Refused(f"{host} does not resolve: {exc}", 502, 0x04) from None
         usable, refused = [], []
         for address in addresses:
-            why = special_address(address)
+            why = special_address(address) or _this_machine(address)
             if (why is None or (rule is not None and rule.names_address(address))
                     or att.allowlist.names_address(address, port)):  # fmt: skip
                 usable.append(address)
@@ -517,6 +601,17 @@ class EgressProxy:
         per name and command; concurrent connections wait for the same answer)."""
         if att.ask is None or att.ask_loop is None:
             return False
+        if (host, port) not in att.asked:
+            # Bounded: a command cycling through names (x1.test, x2.test, ...) put
+            # ~700 questions a second to the human, each a call record in the store.
+            if len(att.asked) >= self.max_questions_per_command:
+                raise _Refused(
+                    f"{host}:{port} is not in allowed_domains, and this command has asked "
+                    f"about {self.max_questions_per_command} names already: the rest are "
+                    "refused without asking (list the names the job needs in "
+                    "allowed_domains)"
+                )
+            att.asked.add((host, port))
         key = (id(att), host, port)
         pending = self._asking.get(key)
         if pending is None:
@@ -526,7 +621,15 @@ class EgressProxy:
                 future = asyncio.run_coroutine_threadsafe(
                     _as_coroutine(att.ask(host, port)), att.ask_loop
                 )
-                answer = await asyncio.wait_for(asyncio.wrap_future(future), self.ask_timeout)
+                try:
+                    answer = await asyncio.wait_for(asyncio.wrap_future(future),
+                                                    self.ask_timeout)  # fmt: skip
+                except TimeoutError:
+                    # Refused with a reply and a line in the report, as any refusal
+                    # (the TimeoutError closed the connection without either).
+                    pending.set_result(False)
+                    raise _Refused(f"{host}:{port} is not in allowed_domains, and no "
+                                   f"answer came in {self.ask_timeout:g} s") from None  # fmt: skip
                 pending.set_result(bool(answer is True))
             except BaseException:
                 if not pending.done():
@@ -548,15 +651,70 @@ class EgressProxy:
 
     # ------------------------------------------------------------------ streaming
 
-    async def _pipe(self, a: socket.socket, b: socket.socket) -> None:
+    async def _pipe(self, a: socket.socket, b: socket.socket, *,
+                    close_after_response: bool = False) -> None:  # fmt: skip
+        """Bytes both ways until both sides are done. ``close_after_response``: a plain
+        HTTP request (absolute-form) went to ``b``, the host its URL names; its
+        response is told ``Connection: close``. Without that a client that keeps
+        proxy connections alive (curl does) sent its next request, for another host,
+        down the same connection: to the first host, with the other's credentials,
+        and took the first host's answer as the other's."""
         one_way = _splice_one_way if _HAS_SPLICE else self._copy_one_way
+
+        async def down_stream() -> None:
+            if close_after_response and not await self._response_head(b, a):
+                with contextlib.suppress(OSError):
+                    a.shutdown(socket.SHUT_WR)
+                return
+            await one_way(b, a, self.chunk_bytes)
+
         up = asyncio.create_task(one_way(a, b, self.chunk_bytes))
-        down = asyncio.create_task(one_way(b, a, self.chunk_bytes))
+        down = asyncio.create_task(down_stream())
         try:
             await asyncio.gather(up, down)
         finally:
             up.cancel()
             down.cancel()
+
+    async def _response_head(self, upstream: socket.socket, conn: socket.socket) -> bool:
+        """Relay the response head(s) from ``upstream`` to ``conn`` with the connection
+        headers replaced by ``Connection: close`` (interim 1xx heads pass as they are).
+        False when there is no well-formed head within max_head_bytes: the client is
+        then cut off (whatever it got is what the upstream sent)."""
+        loop = asyncio.get_running_loop()
+        buf = bytearray()
+        while True:
+            # A head may end its lines with a bare LF (RFC 9112 2.2 lets a recipient
+            # read it so): waiting for CRLF CRLF would hold such a response back.
+            ends = [(i, n) for i, n in ((buf.find(b"\r\n\r\n"), 4), (buf.find(b"\n\n"), 2))
+                    if i >= 0]  # fmt: skip
+            end, size = min(ends) if ends else (-1, 0)
+            if end < 0:
+                if len(buf) > self.max_head_bytes:
+                    return False
+                data = await loop.sock_recv(upstream, 16384)
+                if not data:
+                    if buf:
+                        await loop.sock_sendall(conn, bytes(buf))
+                    return False
+                buf += data
+                continue
+            status_line, *fields = [line.removesuffix(b"\r")
+                                    for line in bytes(buf[:end]).split(b"\n")]  # fmt: skip
+            rest = bytes(buf[end + size :])
+            parts = status_line.split(b" ", 2)
+            interim = (len(parts) >= 2 and parts[0].startswith(b"HTTP/")
+                       and parts[1][:1] == b"1")  # fmt: skip
+            if not interim:
+                fields = [f for f in fields if f.partition(b":")[0].strip().lower()
+                          not in (b"connection", b"keep-alive", b"proxy-connection")]
+                fields.append(b"Connection: close")
+            await loop.sock_sendall(conn, b"\r\n".join([status_line, *fields]) + b"\r\n\r\n")
+            buf = bytearray(rest)
+            if not interim:
+                if buf:
+                    await loop.sock_sendall(conn, bytes(buf))
+                return True
 
     @staticmethod
     async def _copy_one_way(src: socket.socket, dst: socket.socket, size: int) -> None:
@@ -574,6 +732,23 @@ class EgressProxy:
         finally:
             with contextlib.suppress(OSError):
                 dst.shutdown(socket.SHUT_WR)
+
+
+# The kernel buffers of the proxy's own sockets (the accepted one and the upstream one).
+# Left to autotuning, a receive buffer grows to tcp_rmem's maximum (32 MiB here) while
+# the client reads fast, and keeps what arrives once it stops: a command with 64
+# connections that read a little and then stalled parked 1.8 GB in the agent's socket
+# buffers (charged to the agent, not to the command's memory limit). Fixed sizes bound
+# that to a few MiB per connection; the kernel doubles them for its bookkeeping, and a
+# 2 MiB receive buffer still carries ~30 MB/s per connection at a 100 ms round trip.
+RECEIVE_BUFFER = 2 << 20
+SEND_BUFFER = 1 << 20
+
+
+def _bound_buffers(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
 
 
 _HAS_SPLICE = hasattr(os, "splice")
@@ -650,6 +825,23 @@ async def _splice_one_way(src: socket.socket, dst: socket.socket, size: int) -> 
         os.close(w)
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
+
+
+# Descriptors one proxied connection holds at most: the client's socket, the upstream
+# socket (and one more while a second address is tried), a pipe (two descriptors) per
+# direction for splice.
+DESCRIPTORS_PER_CONNECTION = 7
+
+
+def descriptor_budget() -> int:
+    """How many connections the proxy may hold at once in this process: their
+    descriptors take at most half of RLIMIT_NOFILE's soft limit, so that commands
+    streaming through the proxy never run the agent out of descriptors (a soft limit
+    of 1024, a common default, gives 73)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 20
+    return max(4, soft // 2 // DESCRIPTORS_PER_CONNECTION)
 
 
 _shared: EgressProxy | None = None
