@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import os
 import pwd
 import resource
@@ -41,10 +42,11 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -515,6 +517,57 @@ async def _pump_until_eof(fd: int, capture: BoundedCapture, done: anyio.Event) -
         done.set()
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+# Descriptors a run holds in this process while it runs (its pipes, the spawner's
+# reply, the tree's handles: about 6 measured), with room to spare.
+_FDS_PER_RUN = 8
+
+
+def _concurrent_runs() -> int:
+    """How many runs may be under way at once: half the soft RLIMIT_NOFILE, the rest
+    is the agent's own (its model client's sockets, its files)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY or soft > 1 << 20:
+        soft = 1 << 20
+    return max(1, soft // 2 // _FDS_PER_RUN)
+
+
+class _NoLoop:
+    """The key of runs outside asyncio (trio)."""
+
+
+_NO_LOOP = _NoLoop()
+_gates: weakref.WeakKeyDictionary[object, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
+
+
+def _descriptor_gate() -> anyio.CapacityLimiter:
+    try:
+        key: object = asyncio.get_running_loop()
+    except RuntimeError:
+        key = _NO_LOOP
+    gate = _gates.get(key)
+    if gate is None:
+        gate = _gates[key] = anyio.CapacityLimiter(_concurrent_runs())
+    return gate
+
+
+def _gated(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
+    """Runs past `_concurrent_runs` wait their turn: a burst of parallel tool calls
+    (60 at once under a soft limit of 256 failed 20 with "Too many open files", and
+    any other descriptor the agent opened meanwhile failed as well) never takes the
+    agent's descriptors. The wait is part of no command's timeout."""
+
+    @functools.wraps(fn)
+    async def gated(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        async with _descriptor_gate():
+            return await fn(*args, **kwargs)
+
+    return gated
+
+
+@_gated
 async def run_bash(
     command: str,
     *,
