@@ -54,3 +54,42 @@ def test_sixty_parallel_calls_under_a_soft_limit_of_256_all_run() -> None:
     assert "FAILED 0 " in out, out
     most = int(out.split("MOST ")[1].split()[0])
     assert most <= 128 + 32, out  # half the limit for runs, plus the agent's own
+
+
+STARTS = textwrap.dedent("""
+    import asyncio, tempfile, threading
+    from pathlib import Path
+    from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
+    from sandbox.bash.spawner import Spawner
+
+    where = []
+    start = Spawner.__init__
+    def recording(self, *args, **kwargs):
+        where.append(threading.current_thread() is threading.main_thread())
+        start(self, *args, **kwargs)
+    Spawner.__init__ = recording
+
+    async def main():
+        tool = ExecuteBashTool(workspace=Path(tempfile.mkdtemp(prefix="sandbox-start-")),
+                               policy=BashToolPolicy(timeout_seconds=30))
+        call = ToolContext(function_call_id="c", tool_confirmation=ToolConfirmation(confirmed=True))
+        first = await tool.run_async(args={"command": "echo one"}, tool_context=call)
+        dead = Spawner.shared()._proc  # it died between commands: started again
+        dead.kill()
+        dead.wait()
+        second = await tool.run_async(args={"command": "echo two"}, tool_context=call)
+        print("OUT", first["stdout"].strip(), second["stdout"].strip())
+        print("ON LOOP", where)
+
+    asyncio.run(main())
+""")
+
+
+def test_the_spawner_starts_off_the_event_loop() -> None:
+    # Starting it waits ~100-250 ms for its "ready": on the loop, that stalled the
+    # agent's first call (and the first after the spawner died) for that long.
+    proc = subprocess.run([sys.executable, "-c", STARTS], capture_output=True, text=True,
+                          timeout=110)
+    out = proc.stdout + proc.stderr
+    assert "OUT one two" in out, out
+    assert "ON LOOP [False, False]" in out, out

@@ -567,6 +567,13 @@ def _gated(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
     return gated
 
 
+async def _spawner_started() -> None:
+    running = Spawner._shared
+    if (running is None or running._broken or running._proc.poll() is not None
+            or running._pid_changed()):  # fmt: skip
+        await anyio.to_thread.run_sync(Spawner.shared)
+
+
 @_gated
 async def run_bash(
     command: str,
@@ -765,6 +772,9 @@ async def run_bash(
         # and says so, and the command goes through the spawner instead. Not with
         # descriptors to pass (the subreaper's), which are ours only once.
         offer = not tree.pass_fds and not proxy_ready
+        # Starting the spawner (the first run, or after it died) waits ~100-250 ms for
+        # it to say it is ready: in a thread, not on the caller's event loop.
+        await _spawner_started()
         for attempt in (1, 2):
             channel: socket.socket | None = None
             spawn_setup, extra_fds = child_setup, tuple[int, ...]()
