@@ -567,10 +567,17 @@ def _gated(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
     return gated
 
 
-async def _spawner_started() -> None:
+def _live_spawner() -> Spawner | None:
+    """This process's spawner if it runs, without starting one."""
     running = Spawner._shared
     if (running is None or running._broken or running._proc.poll() is not None
             or running._pid_changed()):  # fmt: skip
+        return None
+    return running
+
+
+async def _spawner_started() -> None:
+    if _live_spawner() is None:
         await anyio.to_thread.run_sync(Spawner.shared)
 
 
@@ -987,7 +994,11 @@ def _reserve(signature: tuple[Any, ...], plan_request: ConfinementRequest | None
     made: list[Any] = []
     dropped: list[_Reservation] = []
     try:
-        spawner = Spawner.shared()
+        # Never started here (on the event loop): the next run starts it, in a thread.
+        live = _live_spawner()
+        if live is None:
+            return
+        spawner = live
         with _reservation_lock:
             # Those of a spawner that is gone, and those whose zygote is overdue, are
             # discarded (then made again); this signature becomes the most recent.
