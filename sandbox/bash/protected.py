@@ -849,11 +849,12 @@ def _workspace_lock(workspace: str) -> int:
     home = os.environ.get("HOME", "")
     if home.startswith("/"):
         places.append(os.path.join(home, ".cache", "sandbox-protected"))
-    # last: one of this process's own (other agents of this uid on this workspace are
-    # then not kept in step; better than refusing every command)
-    places.append(_private_lock_dir())
+    # last: one of this process's own, made only when needed (other agents of this uid
+    # on this workspace are then not kept in step; better than refusing every command)
+    places.append("")
     refused = []
     for base in places:
+        base = base or _private_lock_dir()
         with contextlib.suppress(OSError):
             os.mkdir(base, 0o700)
         try:
