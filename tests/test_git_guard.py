@@ -338,3 +338,77 @@ def test_a_git_that_bypasses_the_guard_refuses_to_work(tmp_path: Path) -> None:
     ok = subprocess.run(["bash", "--norc", "--noprofile", "-c", "git log -1 --oneline"], cwd=ws,
                         env=env, capture_output=True, text=True, timeout=30)
     assert ok.returncode == 0, ok.stderr  # through the guard it works
+
+
+# a signed commit of each kind git verifies: the header names the program it runs
+_SIGNATURES = {
+    "openpgp": "-----BEGIN PGP SIGNATURE-----\n \n iQEzBAABCAAdFiEE\n -----END PGP SIGNATURE-----",
+    "ssh": "-----BEGIN SSH SIGNATURE-----\n U1NIU0lH\n -----END SSH SIGNATURE-----",
+    "x509": "-----BEGIN SIGNED MESSAGE-----\n MIIB\n -----END SIGNED MESSAGE-----",
+}
+
+
+def _signed_repository(root: Path) -> tuple[Path, Path]:
+    """A repository whose commits carry signatures, whose config shows them in every
+    `git log` (format.pretty, pretty.<name>), with a signature program of each kind
+    first on the PATH the test gives the policy: each leaves a marker when it runs."""
+    home = root / "home"
+    home.mkdir()
+    ws = root / "ws"
+    ws.mkdir()
+    bindir = ws / "bin"
+    bindir.mkdir()
+    marker = ws / "signature-program-ran"
+    for prog in ("gpg", "gpgsm", "ssh-keygen"):
+        fake = bindir / prog
+        fake.write_text(f"#!/bin/sh\necho \"PLANTED-\"\"PROGRAM-RAN {prog}\" >&2\n"
+                        f"echo {prog} >> {marker} 2>/dev/null\nexit 1\n")
+        fake.chmod(0o755)
+    (ws / "f.txt").write_text("a\n")
+    _git(ws, "init", "-q", "-b", "main", home=home)
+    _git(ws, "-c", "user.name=t", "-c", "user.email=t@t", "add", "f.txt", home=home)
+    _git(ws, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one", home=home)
+    env = {**PLAIN, "HOME": str(home)}
+    parent = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ws, env=env, check=True,
+                            capture_output=True, text=True).stdout.strip()
+    tree = subprocess.run(["git", "rev-parse", "HEAD^{tree}"], cwd=ws, env=env, check=True,
+                          capture_output=True, text=True).stdout.strip()
+    for kind, sig in _SIGNATURES.items():
+        body = (f"tree {tree}\nparent {parent}\nauthor t <t@t> 1700000000 +0000\n"
+                f"committer t <t@t> 1700000000 +0000\ngpgsig {sig}\n\nsigned {kind}\n")
+        parent = subprocess.run(["git", "hash-object", "-t", "commit", "-w", "--stdin"],
+                                cwd=ws, env=env, input=body, check=True, capture_output=True,
+                                text=True).stdout.strip()
+    _git(ws, "update-ref", "refs/heads/main", parent, home=home)
+    _git(ws, "config", "format.pretty", "%h %G? %GS %s %GG", home=home)
+    _git(ws, "config", "pretty.sig", "%h %G? %GK %GF %GG", home=home)
+    _git(ws, "config", "gpg.ssh.allowedSignersFile", str(ws / "f.txt"), home=home)
+    return ws, marker
+
+
+@pytest.mark.parametrize("name", ["git-readonly", "python-dev"])
+def test_a_format_that_shows_signatures_runs_no_signature_program(
+        tmp_path: Path, name: str) -> None:
+    """%G? and friends make git verify the signature, with gpg, gpgsm or ssh-keygen, in
+    any `git log` whose format shows one: on the command line or from the repository's
+    own format.pretty / pretty.<name>. Only --show-signature (which asks) runs them.
+    %GG shows what the program printed: seen inside the read-only confinement too."""
+    import dataclasses
+
+    ws, marker = _signed_repository(tmp_path)
+    base = BashToolPolicy.from_toml(resolve(name))
+    policy = dataclasses.replace(
+        base, env={**base.env, "PATH": f"{ws / 'bin'}:{base.env['PATH']}"})
+    commands = ["git log", "git log --format='%G?%GS%GG'", "git log --pretty=sig",
+                "git show -s '--format=%G?%GG'", "git log --format='%G? %GK %GG' -3"]
+    for command in commands:
+        assert policy.check(command).allowed and not policy.needs_confirmation(command), command
+        result = asyncio.run(_run(policy, ws, command))
+        out = f"{result.get('stdout')}{result.get('stderr')}{result.get('error', '')}"
+        assert MARK not in out, (name, command, out)
+        assert not marker.exists(), (name, command, marker.read_text())
+        assert result["returncode"] == 0, (name, command, result)
+    # the control: asked for, the signature program runs (the fakes are the ones git finds)
+    if policy.check("git log --show-signature -3").allowed:
+        result = asyncio.run(_run(policy, ws, "git log --show-signature -3"))
+        assert MARK in f"{result['stdout']}{result['stderr']}", result

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import os
 import pwd
 import resource
@@ -41,10 +42,11 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -515,6 +517,71 @@ async def _pump_until_eof(fd: int, capture: BoundedCapture, done: anyio.Event) -
         done.set()
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+# Descriptors a run holds in this process while it runs (its pipes, the spawner's
+# reply, the tree's handles: about 6 measured), with room to spare.
+_FDS_PER_RUN = 8
+
+
+def _concurrent_runs() -> int:
+    """How many runs may be under way at once: half the soft RLIMIT_NOFILE, the rest
+    is the agent's own (its model client's sockets, its files)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY or soft > 1 << 20:
+        soft = 1 << 20
+    return max(1, soft // 2 // _FDS_PER_RUN)
+
+
+class _NoLoop:
+    """The key of runs outside asyncio (trio)."""
+
+
+_NO_LOOP = _NoLoop()
+_gates: weakref.WeakKeyDictionary[object, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
+
+
+def _descriptor_gate() -> anyio.CapacityLimiter:
+    try:
+        key: object = asyncio.get_running_loop()
+    except RuntimeError:
+        key = _NO_LOOP
+    gate = _gates.get(key)
+    if gate is None:
+        gate = _gates[key] = anyio.CapacityLimiter(_concurrent_runs())
+    return gate
+
+
+def _gated(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
+    """Runs past `_concurrent_runs` wait their turn: a burst of parallel tool calls
+    (60 at once under a soft limit of 256 failed 20 with "Too many open files", and
+    any other descriptor the agent opened meanwhile failed as well) never takes the
+    agent's descriptors. The wait is part of no command's timeout."""
+
+    @functools.wraps(fn)
+    async def gated(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        async with _descriptor_gate():
+            return await fn(*args, **kwargs)
+
+    return gated
+
+
+def _live_spawner() -> Spawner | None:
+    """This process's spawner if it runs, without starting one."""
+    running = Spawner._shared
+    if (running is None or running._broken or running._proc.poll() is not None
+            or running._pid_changed()):  # fmt: skip
+        return None
+    return running
+
+
+async def _spawner_started() -> None:
+    if _live_spawner() is None:
+        await anyio.to_thread.run_sync(Spawner.shared)
+
+
+@_gated
 async def run_bash(
     command: str,
     *,
@@ -712,6 +779,9 @@ async def run_bash(
         # and says so, and the command goes through the spawner instead. Not with
         # descriptors to pass (the subreaper's), which are ours only once.
         offer = not tree.pass_fds and not proxy_ready
+        # Starting the spawner (the first run, or after it died) waits ~100-250 ms for
+        # it to say it is ready: in a thread, not on the caller's event loop.
+        await _spawner_started()
         for attempt in (1, 2):
             channel: socket.socket | None = None
             spawn_setup, extra_fds = child_setup, tuple[int, ...]()
@@ -924,7 +994,11 @@ def _reserve(signature: tuple[Any, ...], plan_request: ConfinementRequest | None
     made: list[Any] = []
     dropped: list[_Reservation] = []
     try:
-        spawner = Spawner.shared()
+        # Never started here (on the event loop): the next run starts it, in a thread.
+        live = _live_spawner()
+        if live is None:
+            return
+        spawner = live
         with _reservation_lock:
             # Those of a spawner that is gone, and those whose zygote is overdue, are
             # discarded (then made again); this signature becomes the most recent.

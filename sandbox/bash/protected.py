@@ -66,13 +66,16 @@ is a rename of an unpinned parent's child).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import dataclasses
 import errno
 import fcntl
+import functools
 import hashlib
 import os
+import shutil
 import stat
 import struct
 import tempfile
@@ -829,19 +832,51 @@ def _let_go(made: list[str], workspace: str, lock: int) -> None:
 def _workspace_lock(workspace: str) -> int:
     """The lock file of `workspace`'s placeholders, in a directory of this uid's own
     (/run/sandbox for root, else one in the temporary directory, made 0700 and checked
-    to be ours: another user could otherwise plant the file, or a link there)."""
+    to be ours: another user could otherwise plant the file, or a link there).
+
+    Root of a user namespace (rootless Podman, `unshare --user --map-root-user`) is uid
+    0 without owning /run: /run/sandbox there is the host root's, or cannot be made.
+    So each place is tried in turn, and the first that is (or can be made) a private
+    directory of ours is used; a place another user planted is passed over, not fatal
+    (it would refuse every command)."""
     digest = hashlib.sha256(os.fsencode(workspace)).hexdigest()[:24]
     uid = os.geteuid()
-    base = "/run/sandbox" if uid == 0 and os.path.isdir("/run") else os.path.join(
-        tempfile.gettempdir(), f"sandbox-protected-{uid}")  # fmt: skip
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(base, 0o700)
-    st = os.lstat(base)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o022:
-        raise OSError(errno.EPERM, f"{base} is not a private directory of uid {uid}: "
-                      "remove it")  # fmt: skip
-    path = os.path.join(base, f"protected-{digest}.lock")
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    places = ["/run/sandbox"] if uid == 0 and os.path.isdir("/run") else []
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if runtime.startswith("/"):
+        places.append(os.path.join(runtime, "sandbox-protected"))
+    places.append(os.path.join(tempfile.gettempdir(), f"sandbox-protected-{uid}"))
+    home = os.environ.get("HOME", "")
+    if home.startswith("/"):
+        places.append(os.path.join(home, ".cache", "sandbox-protected"))
+    # last: one of this process's own, made only when needed (other agents of this uid
+    # on this workspace are then not kept in step; better than refusing every command)
+    places.append("")
+    refused = []
+    for base in places:
+        base = base or _private_lock_dir()
+        with contextlib.suppress(OSError):
+            os.mkdir(base, 0o700)
+        try:
+            st = os.lstat(base)
+        except OSError as exc:
+            refused.append(f"{base} ({exc.strerror})")
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o022:
+            refused.append(f"{base} (not a private directory of uid {uid})")
+            continue
+        path = os.path.join(base, f"protected-{digest}.lock")
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    raise OSError(errno.EPERM, "no private directory for the protected paths' lock: "
+                  + "; ".join(refused) + ". Remove the one that is not yours, or set "
+                  "XDG_RUNTIME_DIR to a directory of your own")
+
+
+@functools.cache
+def _private_lock_dir() -> str:
+    path = tempfile.mkdtemp(prefix="sandbox-protected-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def _open_parent(path: str, workspace: str) -> int:

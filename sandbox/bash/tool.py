@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, SandboxError
 from ..tools.base import BaseTool, ToolArgumentError
 from ..tools.context import ToolContext
 from . import display as _display  # noqa: F401 - registers the "bash" highlighter
@@ -251,7 +251,10 @@ class ExecuteBashTool(BaseTool):
                 confinement=self._confinement,
                 network=network if network is not None else self._network_access(None),
             )
-        except (ConfigurationError, OSError) as exc:
+        except (SandboxError, OSError, RuntimeError) as exc:
+            # A result, never an exception out of the tool (which ends the agent's run):
+            # a set-up the kernel refused (EAGAIN while another command holds every
+            # process of this uid), a spawner that died, a thread that could not start.
             return {"error": f"Execution failed: {exc}", "stdout": "", "stderr": "",
                     "returncode": None, "timed_out": False, "truncated": False}
         result: dict[str, Any] = {
