@@ -591,7 +591,7 @@ def test_policy_fields_from_toml() -> None:
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ('network = "internet"', '"none", "loopback", "host"'),
+    ('network = "internet"', '"none", "loopback", "allowlist", "host"'),
     ('filesystem = "rw"', '"read-write", "read-only"'),
     ('confinement = "strict"', '"best-effort", "required", "none"'),
     ('readable_paths = ["relative/dir"]', "absolute path"),
