@@ -402,7 +402,10 @@ async def test_session_of_maps_the_run_context_to_a_gate_session() -> None:
     model = ScriptedModel([wipe_call("prod"), [assistant_message("ok")]])
     agent = Agent(name="ops", model=model, tools=[sdk_tool])
     result = await Runner.run(agent, "wipe", context={"conversation": "c-42"})
-    [pending] = await runner.pending()
+    # A runner lists only its own session's requests: the base runner has none, the
+    # conversation's runner has the one the run asked.
+    assert await runner.pending() == []
+    [pending] = await runner.for_session("openai-agents:c-42").pending()
     assert pending.session_id == "openai-agents:c-42"
     state = result.to_state()
     await RunStateBridge(runner, session_of=session_of).approve(state,
