@@ -66,7 +66,9 @@ def bash_reads() -> dict[str, bool]:
     fuzz = _fuzzer()
     cases = READS + OPENS + OVER
     with tempfile.TemporaryDirectory() as tmp:
-        ran = fuzz.run_bash([f"a {c}" for c in cases], Path(tmp))
+        # `wait`: a process substitution runs on its own, and its read could land after
+        # the next case began (attributed to that one); bash 5.1+ waits for the last one.
+        ran = fuzz.run_bash([f"a {c}; wait" for c in cases], Path(tmp))
     return {c: any(name.startswith("<read ") for name in ran.get(i, ()))
             for i, c in enumerate(cases)}
 
