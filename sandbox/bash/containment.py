@@ -285,15 +285,9 @@ class PidNamespaceTree(Tree):
         )
 
     async def kill(self, main: MainProcess) -> int:
-        if main.has_exited():
-            # The namespace died with its init; how many it held is not observable now.
-            return 0
         # unshare -> its child (the shell, init of the namespace) -> everything else:
         # every process in the namespace descends from init, orphans included.
-        members = _descendants(main.pid)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(main.pid, signal.SIGKILL)
-        return max(len(members) - 1, 0)
+        return _kill_namespace(main)
 
 
 class OwnPidNamespaceTree(Tree):
@@ -309,14 +303,7 @@ class OwnPidNamespaceTree(Tree):
     name = "pidns"
 
     async def kill(self, main: MainProcess) -> int:
-        if main.has_exited():
-            # The namespace died with its first process: its exit status is readable
-            # only once every other member is gone. How many there were is not known.
-            return 0
-        members = _descendants(main.pid)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(main.pid, signal.SIGKILL)
-        return max(len(members) - 1, 0)
+        return _kill_namespace(main)
 
 
 class SubreaperTree(Tree):
@@ -469,6 +456,18 @@ def _processes() -> list[tuple[int, int, int]]:
             continue
         result.append((int(name), int(fields[1]), int(fields[2])))
     return result
+
+
+def _kill_namespace(main: MainProcess) -> int:
+    """SIGKILL the first process of a PID namespace (the kernel then kills every other
+    member); return how many others there were, 0 when it had exited already (its exit
+    status is readable only once every other member is gone: not observable now)."""
+    if main.has_exited():
+        return 0
+    members = _descendants(main.pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(main.pid, signal.SIGKILL)
+    return max(len(members) - 1, 0)
 
 
 def _descendants(pid: int) -> set[int]:

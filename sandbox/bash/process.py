@@ -798,11 +798,16 @@ async def run_bash(
                     child_setup.confinement, proxy_ports=(HTTP_PORT, SOCKS_PORT),
                     proxy_channel=high))  # fmt: skip
             try:
-                process = BashProcess.spawn(
-                    argv, cwd=workdir, env=env, setup=spawn_setup,
-                    pass_fds=(*tree.pass_fds, *extra_fds),
-                    kill_files=tree.kill_files, use_offer=offer and attempt == 1,
-                )
+                try:
+                    process = BashProcess.spawn(
+                        argv, cwd=workdir, env=env, setup=spawn_setup,
+                        pass_fds=(*tree.pass_fds, *extra_fds),
+                        kill_files=tree.kill_files, use_offer=offer and attempt == 1,
+                    )
+                except BaseException:
+                    if channel is not None:
+                        channel.close()
+                    raise
             except SpawnerError as e:
                 raise SandboxError(
                     f"{e}: moving it into its cgroups, setting rlimits, confining it or "
@@ -821,14 +826,17 @@ async def run_bash(
                     except OSError:
                         listeners = []  # its set-up failed first: setup_error says why
                 if listeners:
-                    proxy = shared_proxy()
-                    attachment = proxy.attach(listeners, network.allowlist, command=command,
-                                              ask=network.ask)  # fmt: skip
+                    # The proxy's loop is another thread's: wait for it off this loop.
+                    attachment = await anyio.to_thread.run_sync(functools.partial(
+                        shared_proxy().attach, listeners, network.allowlist,
+                        command=command, ask=network.ask,
+                        ask_loop=asyncio.get_running_loop()))  # fmt: skip
             out, err, returncode, timed_out, killed = await _supervise(
                 process, tree, timeout, max_output_bytes
             )
             if attachment is not None:
-                network_report = shared_proxy().detach(attachment)
+                network_report = await anyio.to_thread.run_sync(
+                    shared_proxy().detach, attachment)
                 attachment = None
             setup_error = process.setup_error()
             if setup_error is None or STALE not in setup_error or attempt == 2:
@@ -839,9 +847,9 @@ async def run_bash(
                 process.close()
                 process = None
     finally:
-        if attachment is not None:  # cancelled while it ran: its connections go too
-            shared_proxy().detach(attachment)
         with anyio.CancelScope(shield=True):
+            if attachment is not None:  # cancelled while it ran: its connections go too
+                await anyio.to_thread.run_sync(shared_proxy().detach, attachment)
             try:
                 if process is not None:
                     assert tree is not None  # a process is spawned into a tree
