@@ -460,12 +460,18 @@ def serve(fd: int, agent: int) -> None:
                     try:
                         request, fds = _recv(control)
                     except (EOFError, OSError):
-                        return  # the agent closed us: it is exiting
+                        # Closed without a word: the agent is dying (the kernel closes
+                        # its sockets before its pidfd says it exited), so the TMPDIRs
+                        # of the runs it let go of are ours to remove.
+                        agent_died = True
+                        return
                     except pickle.UnpicklingError as e:
                         # Never from the agent's own code (it sends plain data): not a
                         # reason to end the commands running.
                         print(f"sandbox spawner: a message was refused: {e}", file=sys.stderr)
                         continue
+                    if request == ("close",):
+                        return  # Spawner.close(): the agent lives on and cleans up
                     if isinstance(request, tuple) and request[:1] in (("prepare",),
                                                                       ("forget",)):
                         for extra in fds:

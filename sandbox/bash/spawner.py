@@ -469,6 +469,13 @@ class Spawner:
 
     def close(self) -> None:
         """Stop the spawner: it kills whatever it still runs, then exits."""
+        if not self._pid_changed():
+            # Said before closing: a socket closed without a word means the agent died
+            # (and the spawner removes the TMPDIRs of the runs it let go of). A forked
+            # copy of the agent only lets go of its copy of the socket.
+            with contextlib.suppress(OSError):
+                self._sock.settimeout(1.0)
+                _send(self._sock, ("close",))
         for offer in getattr(self, "_offers", {}).values():
             offer.close()
         self._offers = {}
