@@ -5,7 +5,7 @@ A bash sandbox (`ExecuteBashTool` under a `BashToolPolicy`), a human-in-the-loop
 durable store of approvals. Names and shapes follow Google ADK's tools.
 """
 
-from .approval import (
+from sandbox.approval import (
     ApprovalStore,
     AutoApprove,
     AutoDeny,
@@ -25,8 +25,8 @@ from .approval import (
     WebConfirmationProvider,
     args_digest,
 )
-from .audit import AuditLog, redact_secrets, verify_audit
-from .bash import (
+from sandbox.audit import AuditLog, redact_secrets, verify_audit
+from sandbox.bash import (
     BashToolPolicy,
     ExecuteBashTool,
     HardeningRule,
@@ -34,7 +34,7 @@ from .bash import (
     detect_protections,
     run_bash,
 )
-from .errors import (
+from sandbox.errors import (
     AuditError,
     ConfigurationError,
     ConfirmationStateError,
@@ -49,7 +49,7 @@ from .errors import (
     UnknownRuleError,
     UnknownToolError,
 )
-from .tools import (
+from sandbox.tools import (
     BaseTool,
     EventActions,
     FunctionTool,

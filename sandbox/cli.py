@@ -31,7 +31,7 @@ EPILOG = """examples:
 """
 
 
-from .errors import SandboxError  # noqa: E402  (after the constants it documents)
+from sandbox.errors import SandboxError  # noqa: E402  (after the constants it documents)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,7 +1,7 @@
 """The human-in-the-loop gate: runner, providers, store, and the data between them."""
 
-from .console import ConsoleConfirmationProvider
-from .models import (
+from sandbox.approval.console import ConsoleConfirmationProvider
+from sandbox.approval.models import (
     ConfirmationRequest,
     Decision,
     Remember,
@@ -9,17 +9,17 @@ from .models import (
     args_digest,
     canonical_json,
 )
-from .providers import (
+from sandbox.approval.providers import (
     AutoApprove,
     AutoDeny,
     CallbackConfirmationProvider,
     ConfirmationProvider,
     to_decision,
 )
-from .queue import QueueConfirmationProvider
-from .rules import Rule, RuleBook
-from .runner import ToolRunner
-from .store import (
+from sandbox.approval.queue import QueueConfirmationProvider
+from sandbox.approval.rules import Rule, RuleBook
+from sandbox.approval.runner import ToolRunner
+from sandbox.approval.store import (
     ApprovalStore,
     CallRecord,
     MemoryApprovalStore,
@@ -27,7 +27,7 @@ from .store import (
     StoreProtocol,
     open_store,
 )
-from .web import WebConfirmationProvider
+from sandbox.approval.web import WebConfirmationProvider
 
 __all__ = [
     "ApprovalStore",

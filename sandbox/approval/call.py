@@ -13,9 +13,9 @@ import time
 from datetime import datetime
 from typing import Any
 
-from ..tools.base import BaseTool
-from .models import ConfirmationRequest
-from .store.records import built_request, dt, new_id
+from sandbox.approval.models import ConfirmationRequest
+from sandbox.approval.store.records import built_request, dt, new_id
+from sandbox.tools.base import BaseTool
 
 
 def new_call_id() -> str:

@@ -31,8 +31,7 @@ from typing import IO, Any
 import anyio
 import anyio.to_thread
 
-from ..errors import ConfigurationError
-from .display import (
+from sandbox.approval.display import (
     BOLD,
     RESET,
     REVERSE,
@@ -44,10 +43,11 @@ from .display import (
     terminal_text,
     visible_details,
 )
-from .explain import explain
-from .models import ConfirmationRequest, Decision, Remember, RulePattern
-from .providers import OnTimeout, _check_timeout
-from .rules import ALWAYS_TTL
+from sandbox.approval.explain import explain
+from sandbox.approval.models import ConfirmationRequest, Decision, Remember, RulePattern
+from sandbox.approval.providers import OnTimeout, _check_timeout
+from sandbox.approval.rules import ALWAYS_TTL
+from sandbox.errors import ConfigurationError
 
 MAX_LINE = 64 * 1024
 

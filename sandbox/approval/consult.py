@@ -14,9 +14,9 @@ from typing import Literal
 
 import anyio
 
-from ..errors import ApprovalUnavailableError, ConfirmationTimedOutError
-from .models import ConfirmationRequest, Decision
-from .providers import ConfirmationProvider, to_decision
+from sandbox.approval.models import ConfirmationRequest, Decision
+from sandbox.approval.providers import ConfirmationProvider, to_decision
+from sandbox.errors import ApprovalUnavailableError, ConfirmationTimedOutError
 
 FailureKind = Literal["error", "timeout", "pending", "unavailable"]
 

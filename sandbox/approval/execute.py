@@ -15,12 +15,12 @@ from typing import Any
 
 import anyio
 
-from ..errors import DuplicateCallError
-from ..tools.context import ToolConfirmation, ToolContext
-from .call import Call
-from .results import Awaiting, NotRun, Status
-from .store import CallRecord, Owner
-from .transitions import Transitions
+from sandbox.approval.call import Call
+from sandbox.approval.results import Awaiting, NotRun, Status
+from sandbox.approval.store import CallRecord, Owner
+from sandbox.approval.transitions import Transitions
+from sandbox.errors import DuplicateCallError
+from sandbox.tools.context import ToolConfirmation, ToolContext
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..tools.base import BaseTool
-from ..tools.context import ToolContext
-from .models import Decision
-from .rules import Rule
+from sandbox.approval.models import Decision
+from sandbox.approval.rules import Rule
+from sandbox.tools.base import BaseTool
+from sandbox.tools.context import ToolContext
 
 
 @dataclass(frozen=True, slots=True)

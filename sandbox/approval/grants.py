@@ -20,16 +20,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigurationError
-from ..tools.base import ToolArgumentError
-from ..tools.context import ToolConfirmation, ToolContext
-from . import gate
-from .call import Call, Request
-from .consult import Failure
-from .models import Decision, canonical_json, digest_of
-from .plan import Plan, plan
-from .results import NotRun, Status
-from .transitions import Transitions
+from sandbox.approval import gate
+from sandbox.approval.call import Call, Request
+from sandbox.approval.consult import Failure
+from sandbox.approval.models import Decision, canonical_json, digest_of
+from sandbox.approval.plan import Plan, plan
+from sandbox.approval.results import NotRun, Status
+from sandbox.approval.transitions import Transitions
+from sandbox.errors import ConfigurationError
+from sandbox.tools.base import ToolArgumentError
+from sandbox.tools.context import ToolConfirmation, ToolContext
 
 
 @dataclass(slots=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .consult import Failure
-from .models import Decision
-from .results import Denied, NotRun, Status
+from sandbox.approval.consult import Failure
+from sandbox.approval.models import Decision
+from sandbox.approval.results import Denied, NotRun, Status
 
 
 @dataclass(slots=True)

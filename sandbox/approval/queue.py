@@ -23,10 +23,10 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from ..errors import ConfigurationError, ConfirmationStateError, ConfirmationTimedOutError
-from .models import ConfirmationRequest, Decision
-from .providers import OnTimeout, _check_timeout, parse_answer
-from .store import ApprovalStore, open_store
+from sandbox.approval.models import ConfirmationRequest, Decision
+from sandbox.approval.providers import OnTimeout, _check_timeout, parse_answer
+from sandbox.approval.store import ApprovalStore, open_store
+from sandbox.errors import ConfigurationError, ConfirmationStateError, ConfirmationTimedOutError
 
 #: With a notifying store, the longest wait between two looks at the store.
 EVENT_RECHECK = 1.0

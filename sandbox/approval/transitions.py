@@ -18,24 +18,24 @@ from typing import Any, TypeVar
 
 import anyio.lowlevel
 
-from ..audit import AuditLog
-from ..errors import (
+from sandbox.approval.call import Asked, Call, Request, public
+from sandbox.approval.consult import Failure
+from sandbox.approval.display import shown
+from sandbox.approval.models import ConfirmationRequest, Decision, args_digest
+from sandbox.approval.offload import StoreSteps
+from sandbox.approval.plan import Plan
+from sandbox.approval.providers import recorded_form
+from sandbox.approval.results import NotRun, Status
+from sandbox.approval.rules import Rule, RuleBook
+from sandbox.approval.store import ApprovalStore, CallRecord
+from sandbox.approval.store.records import DUMP_ENCODER, Dumped
+from sandbox.audit import AuditLog
+from sandbox.errors import (
     ConfigurationError,
     ConfirmationStateError,
     ConfirmationTimedOutError,
     RuleError,
 )
-from .call import Asked, Call, Request, public
-from .consult import Failure
-from .display import shown
-from .models import ConfirmationRequest, Decision, args_digest
-from .offload import StoreSteps
-from .plan import Plan
-from .providers import recorded_form
-from .results import NotRun, Status
-from .rules import Rule, RuleBook
-from .store import ApprovalStore, CallRecord
-from .store.records import DUMP_ENCODER, Dumped
 
 T = TypeVar("T")
 

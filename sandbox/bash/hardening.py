@@ -38,8 +38,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..errors import ConfigurationError
-from .parse import Word
+from sandbox.bash.parse import Word
+from sandbox.errors import ConfigurationError
 
 __all__ = [
     "ANALYZERS",

@@ -54,7 +54,7 @@ import tree_sitter
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
-from .agreement import Disagreement, check_agreement
+from sandbox.bash.agreement import Disagreement, check_agreement
 
 __all__ = [
     "Assignment",

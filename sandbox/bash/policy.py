@@ -39,12 +39,17 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import ConfigurationError, PolicyFileError
-from .confinement import (
+from sandbox.bash.confinement import (
     ConfinementRequest,
 )
-from .hardening import ANALYZERS, DEFAULT_HARDENING, PROGRAM_SYNTAX, HardeningRule, ProgramSyntax
-from .parse import (
+from sandbox.bash.hardening import (
+    ANALYZERS,
+    DEFAULT_HARDENING,
+    PROGRAM_SYNTAX,
+    HardeningRule,
+    ProgramSyntax,
+)
+from sandbox.bash.parse import (
     ParsedScript,
     SimpleCommand,
     Word,
@@ -54,9 +59,10 @@ from .parse import (
     parse_prefix,
     scan_word,
 )
-from .protected import DEFAULTS as DEFAULT_PROTECTED
-from .protected import resolve_patterns as resolve_protected
-from .specs import ProgramSpec, builtin_specs, check_spec, runs_programs
+from sandbox.bash.protected import DEFAULTS as DEFAULT_PROTECTED
+from sandbox.bash.protected import resolve_patterns as resolve_protected
+from sandbox.bash.specs import ProgramSpec, builtin_specs, check_spec, runs_programs
+from sandbox.errors import ConfigurationError, PolicyFileError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -549,7 +555,7 @@ def _limit(name: str, value: object, *, optional: bool, maximum: int | None = No
 
 def _allowed_domains(policy: BashToolPolicy) -> tuple[str, ...]:
     """allowed_domains as a tuple, every entry checked (a bad one is named)."""
-    from .network.allowlist import Allowlist
+    from sandbox.bash.network.allowlist import Allowlist
 
     entries = policy.allowed_domains
     if isinstance(entries, list):
@@ -1225,7 +1231,7 @@ class BashToolPolicy:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, source: str = "<mapping>") -> BashToolPolicy:
         """Build a policy from a mapping shaped like the TOML file (see `from_toml`)."""
-        from .policy_file import from_mapping
+        from sandbox.bash.policy_file import from_mapping
 
         return from_mapping(cls, data, source)
 
@@ -1235,7 +1241,7 @@ class BashToolPolicy:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise PolicyFileError(f"{source}: not valid TOML: {exc}") from None
-        from .policy_file import from_mapping
+        from sandbox.bash.policy_file import from_mapping
 
         return from_mapping(cls, data, source)
 
@@ -1249,7 +1255,7 @@ class BashToolPolicy:
         ``path`` is a file's path; a bare name given as a string (no ``/``, not ending
         in ``.toml``) is a policy's name, as in `sandbox.policies.resolve`: a shipped policy or one of
         ``$SANDBOX_POLICY_PATH``, never a file of the current directory."""
-        from .. import policies
+        from sandbox import policies
 
         named = isinstance(path, str) and policies.is_name(path)
         file = policies.resolve(path) if named else Path(path)

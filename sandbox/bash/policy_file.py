@@ -14,15 +14,15 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError, PolicyFileError
-from .confinement import CONFINEMENT_MODES, FILESYSTEM_MODES, NETWORK_MODES
-from .hardening import DEFAULT_HARDENING, HardeningRule
-from .policy import _SIZE, _SIZE_UNITS
-from .specs import builtin_specs
-from .specs import merged as merged_specs
+from sandbox.bash.confinement import CONFINEMENT_MODES, FILESYSTEM_MODES, NETWORK_MODES
+from sandbox.bash.hardening import DEFAULT_HARDENING, HardeningRule
+from sandbox.bash.policy import _SIZE, _SIZE_UNITS
+from sandbox.bash.specs import builtin_specs
+from sandbox.bash.specs import merged as merged_specs
+from sandbox.errors import ConfigurationError, PolicyFileError
 
 if TYPE_CHECKING:
-    from .policy import BashToolPolicy
+    from sandbox.bash.policy import BashToolPolicy
 
 __all__ = ["from_mapping"]
 

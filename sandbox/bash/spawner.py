@@ -51,7 +51,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..errors import SandboxError
+from sandbox.errors import SandboxError
 
 __all__ = ["SpawnedProcess", "Spawner", "SpawnerError", "remove_tree"]
 

@@ -38,8 +38,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import ConfigurationError
-from .parse import Word, may_be_several
+from sandbox.bash.parse import Word, may_be_several
+from sandbox.errors import ConfigurationError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -226,7 +226,7 @@ def merged(base: Mapping[str, ProgramSpec], data: Mapping[str, Any], *,
 
 @cache
 def _analyzers() -> Mapping[str, Callable[[str], str | None]]:
-    from .hardening import awk_program_danger, sed_script_danger
+    from sandbox.bash.hardening import awk_program_danger, sed_script_danger
 
     return {"sed-script": sed_script_danger, "awk-program": awk_program_danger}
 

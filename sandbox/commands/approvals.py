@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..approval.display import escape_text, render_args, rule_subjects_of, visible_details
-from ..approval.explain import explain
-from ..approval.models import ConfirmationRequest, Decision, Remember, RulePattern
-from ..approval.rules import Rule, RuleBook, check_patterns
-from ..approval.store import ApprovalStore, open_store
-from ..errors import (
+from sandbox.approval.display import escape_text, render_args, rule_subjects_of, visible_details
+from sandbox.approval.explain import explain
+from sandbox.approval.models import ConfirmationRequest, Decision, Remember, RulePattern
+from sandbox.approval.rules import Rule, RuleBook, check_patterns
+from sandbox.approval.store import ApprovalStore, open_store
+from sandbox.errors import (
     ConfigurationError,
     ConfirmationStateError,
     ConfirmationTimedOutError,
@@ -198,7 +198,7 @@ def _who() -> str:
 
 def _serve(args: argparse.Namespace) -> int:
     try:
-        from ..approval.web.server import ApprovalServer, is_loopback
+        from sandbox.approval.web.server import ApprovalServer, is_loopback
     except ModuleNotFoundError as exc:
         print(f"sandbox approvals serve needs the web extra ({exc.name} is missing): "
               "pip install 'sandbox[web]'", file=sys.stderr)

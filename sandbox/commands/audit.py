@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-from ..audit import verify_audit
+from sandbox.audit import verify_audit
 
 
 def register(sub: Any) -> None:
@@ -38,8 +38,8 @@ def register(sub: Any) -> None:
 def _verify(args: argparse.Namespace) -> int:
     store = None
     if args.store is not None:
-        from ..approval.store import open_store
-        from ..errors import StoreError
+        from sandbox.approval.store import open_store
+        from sandbox.errors import StoreError
 
         if "://" not in args.store and not os.path.exists(args.store):
             print(f"sandbox audit verify: no approval store at {args.store!r}")

@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ..errors import ConfigurationError, PolicyFileError
+from sandbox.errors import ConfigurationError, PolicyFileError
 
 # Exit statuses of `sandbox run` when the command itself did not decide one; chosen to
 # match what shells and timeout(1) use, so scripts can tell the cases apart.
@@ -87,8 +87,8 @@ def _policy_arg(parser: argparse.ArgumentParser) -> None:
 
 def _load_policy(reference: str | None, verb: str) -> Any:
     """The policy ``--policy`` names; what it switches off is printed on stderr."""
-    from .. import policies
-    from ..bash import BashToolPolicy
+    from sandbox import policies
+    from sandbox.bash import BashToolPolicy
 
     if reference is None:
         policy = BashToolPolicy()
@@ -163,14 +163,14 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     try:
         policy = _load_policy(args.policy, "run")
-        from ..bash import ExecuteBashTool
+        from sandbox.bash import ExecuteBashTool
 
         tool = ExecuteBashTool(workspace=Path(args.workspace), policy=policy)
         provider = _provider(args.approve)
     except (PolicyFileError, ConfigurationError, OSError) as exc:
         print(f"sandbox run: {exc}", file=sys.stderr)
         return 2
-    from ..approval import ToolRunner
+    from sandbox.approval import ToolRunner
 
     if args.approve == "console" and policy.check(command).allowed and \
             policy.needs_confirmation(command) and not _has_terminal():
@@ -219,8 +219,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _argument_problem(runner: Any, command: str) -> str | None:
     """Why the runner would refuse ``command`` as an argument (too large, not text)."""
-    from ..approval.models import canonical_json
-    from ..text import lone_surrogate, not_text_message
+    from sandbox.approval.models import canonical_json
+    from sandbox.text import lone_surrogate, not_text_message
 
     found = lone_surrogate(command, "the command")
     if found:
@@ -234,13 +234,13 @@ def _argument_problem(runner: Any, command: str) -> str | None:
 
 
 def _provider(kind: str) -> Any:
-    from ..approval import AutoApprove, AutoDeny
+    from sandbox.approval import AutoApprove, AutoDeny
 
     if kind == "auto":
         return AutoApprove()
     if kind == "deny":
         return AutoDeny("refused by sandbox run --approve deny")
-    from ..approval.console import ConsoleConfirmationProvider
+    from sandbox.approval.console import ConsoleConfirmationProvider
 
     return ConsoleConfirmationProvider()
 
@@ -331,8 +331,8 @@ def _exit_status(result: dict[str, Any]) -> int:
 def _policy_report(extra: list[str]) -> dict[str, Any]:
     """Where policy names come from, and what each policy switches off (the shipped ones,
     those of $SANDBOX_POLICY_PATH, and ``extra``)."""
-    from .. import policies
-    from ..bash import BashToolPolicy
+    from sandbox import policies
+    from sandbox.bash import BashToolPolicy
 
     report: dict[str, Any] = {"shipped_directory": str(policies.DIRECTORY),
                               "search_path": [], "policies": {}}
@@ -364,7 +364,7 @@ def _policy_report(extra: list[str]) -> dict[str, Any]:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from ..bash import detect_protections
+    from sandbox.bash import detect_protections
 
     report = detect_protections()
     report["policies"] = _policy_report(args.policy)

@@ -19,6 +19,6 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..demo import main
+    from sandbox.demo import main
 
     return main()

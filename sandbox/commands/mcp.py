@@ -112,7 +112,7 @@ def _fail(message: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..errors import SandboxError
+    from sandbox.errors import SandboxError
 
     try:
         http = _http_address(args) if args.http else None
@@ -124,11 +124,11 @@ def _run(args: argparse.Namespace) -> int:
     import anyio
 
     if http is None:
-        from ..integrations.mcp import serve_stdio
+        from sandbox.integrations.mcp import serve_stdio
 
         anyio.run(serve_stdio, gate)
         return 0
-    from ..integrations.mcp import serve_http
+    from sandbox.integrations.mcp import serve_http
 
     host, port = http
     token = args.token or os.environ.get(TOKEN_ENV) or ""
@@ -153,7 +153,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _http_address(args: argparse.Namespace) -> tuple[str, int]:
-    from ..errors import ConfigurationError
+    from sandbox.errors import ConfigurationError
 
     host, sep, port_text = str(args.http).rpartition(":")
     host = host.strip("[]")
@@ -181,10 +181,10 @@ def _is_loopback(host: str) -> bool:
 
 def build_gate(args: argparse.Namespace) -> Any:
     """The `GatedToolServer` the command line describes (errors name the bad option)."""
-    from ..approval.store import open_store
-    from ..audit import AuditLog
-    from ..errors import ConfigurationError
-    from ..integrations.mcp import GatedToolServer
+    from sandbox.approval.store import open_store
+    from sandbox.audit import AuditLog
+    from sandbox.errors import ConfigurationError
+    from sandbox.integrations.mcp import GatedToolServer
 
     tools = []
     if args.approval_timeout is None or not args.approval_timeout > 0:
@@ -205,11 +205,11 @@ def build_gate(args: argparse.Namespace) -> Any:
     store = _open_store(args.store) if args.store else open_store()
     provider: Any = None
     if args.approvals == "queue":
-        from ..approval.queue import QueueConfirmationProvider
+        from sandbox.approval.queue import QueueConfirmationProvider
 
         provider = QueueConfirmationProvider(store, timeout=args.approval_timeout)
     elif args.approvals == "deny":
-        from ..approval.providers import AutoDeny
+        from sandbox.approval.providers import AutoDeny
 
         provider = AutoDeny("this MCP server refuses every call that needs approval "
                             "(--approvals deny)")
@@ -222,8 +222,8 @@ def build_gate(args: argparse.Namespace) -> Any:
 def _open_store(path: str) -> Any:
     import sqlite3
 
-    from ..approval.store import open_store
-    from ..errors import ConfigurationError, StoreError
+    from sandbox.approval.store import open_store
+    from sandbox.errors import ConfigurationError, StoreError
 
     try:
         return open_store(path)
@@ -235,10 +235,10 @@ def _open_store(path: str) -> Any:
 
 
 def _bash_tool(policy_ref: str, workspace: str) -> Any:
-    from .. import policies
-    from ..bash.policy import BashToolPolicy
-    from ..bash.tool import ExecuteBashTool
-    from ..errors import ConfigurationError
+    from sandbox import policies
+    from sandbox.bash.policy import BashToolPolicy
+    from sandbox.bash.tool import ExecuteBashTool
+    from sandbox.errors import ConfigurationError
 
     root = Path(workspace).expanduser()
     if not root.is_dir():
@@ -259,7 +259,7 @@ class _ToolsImportError(Exception):
 def load_tools(spec: str) -> list[Any]:
     """``path/to/file.py:attr`` or ``module:attr`` → our tools; functions become
     (ungated) `FunctionTool`s."""
-    from ..errors import ConfigurationError
+    from sandbox.errors import ConfigurationError
 
     source, sep, attr = spec.rpartition(":")
     if not sep or not source or not attr:
@@ -293,8 +293,8 @@ def load_tools(spec: str) -> list[Any]:
         except AttributeError:
             raise ConfigurationError(
                 f"--tools {spec!r}: {where} has no attribute {attr!r}") from None
-    from ..tools.base import BaseTool
-    from ..tools.function import FunctionTool
+    from sandbox.tools.base import BaseTool
+    from sandbox.tools.function import FunctionTool
 
     items = list(value) if isinstance(value, (list, tuple)) else [value]
     tools: list[Any] = []
@@ -312,7 +312,7 @@ def load_tools(spec: str) -> list[Any]:
 
 
 def _import_file(spec: str, source: str) -> Any:
-    from ..errors import ConfigurationError
+    from sandbox.errors import ConfigurationError
 
     path = Path(source).expanduser()
     if not path.is_file():

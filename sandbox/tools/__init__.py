@@ -1,8 +1,8 @@
 """The tool model: ADK-shaped `BaseTool`, `FunctionTool`, `ToolContext`, `ToolConfirmation`."""
 
-from .base import BaseTool, ToolArgumentError
-from .context import EventActions, ToolConfirmation, ToolContext
-from .function import FunctionTool
+from sandbox.tools.base import BaseTool, ToolArgumentError
+from sandbox.tools.context import EventActions, ToolConfirmation, ToolContext
+from sandbox.tools.function import FunctionTool
 
 __all__ = [
     "BaseTool",

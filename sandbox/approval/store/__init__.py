@@ -5,13 +5,13 @@
 extra, imported only when one is opened). The SQL backends share their operations
 (`sql.SQLApprovalStore`). `open_store` opens the one a reference names."""
 
-from .base import MAX_PENDING_PER_SESSION, ApprovalStore, open_store
-from .memory import MemoryApprovalStore
-from .postgres import PostgresApprovalStore
-from .protocol import MAX_PAGE, Page, StoreProtocol
-from .records import CallRecord, Owner, dt, new_id
-from .sqlite import SQLiteApprovalStore
-from .states import CallState, RequestStatus
+from sandbox.approval.store.base import MAX_PENDING_PER_SESSION, ApprovalStore, open_store
+from sandbox.approval.store.memory import MemoryApprovalStore
+from sandbox.approval.store.postgres import PostgresApprovalStore
+from sandbox.approval.store.protocol import MAX_PAGE, Page, StoreProtocol
+from sandbox.approval.store.records import CallRecord, Owner, dt, new_id
+from sandbox.approval.store.sqlite import SQLiteApprovalStore
+from sandbox.approval.store.states import CallState, RequestStatus
 
 # Names the gate imported before the store was a package.
 _Owner = Owner

@@ -8,22 +8,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .provider import WebConfirmationProvider
+from sandbox.approval.web.provider import WebConfirmationProvider
 
 if TYPE_CHECKING:
-    from .app import create_app
-    from .server import ApprovalServer
+    from sandbox.approval.web.app import create_app
+    from sandbox.approval.web.server import ApprovalServer
 
 __all__ = ["ApprovalServer", "WebConfirmationProvider", "create_app"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "create_app":
-        from .app import create_app
+        from sandbox.approval.web.app import create_app
 
         return create_app
     if name == "ApprovalServer":
-        from .server import ApprovalServer
+        from sandbox.approval.web.server import ApprovalServer
 
         return ApprovalServer
     raise AttributeError(name)

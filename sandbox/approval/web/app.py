@@ -55,21 +55,14 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from ...errors import (
-    ConfigurationError,
-    ConfirmationStateError,
-    ConfirmationTimedOutError,
-    RuleError,
-    UnknownConfirmationError,
-)
-from ..display import escape_text, rule_subjects_of
-from ..models import ConfirmationRequest, Decision, Remember, RulePattern
-from ..rules import check_patterns
-from ..store import ApprovalStore
-from .assets import APP_CSS, APP_JS, PAGE_HTML
-from .events import PendingWatch, answer_view
-from .first_paint import count_text, render_cards
-from .listing import (
+from sandbox.approval.display import escape_text, rule_subjects_of
+from sandbox.approval.models import ConfirmationRequest, Decision, Remember, RulePattern
+from sandbox.approval.rules import check_patterns
+from sandbox.approval.store import ApprovalStore
+from sandbox.approval.web.assets import APP_CSS, APP_JS, PAGE_HTML
+from sandbox.approval.web.events import PendingWatch, answer_view
+from sandbox.approval.web.first_paint import count_text, render_cards
+from sandbox.approval.web.listing import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
     Presented,
@@ -78,6 +71,13 @@ from .listing import (
     fit,
     full_arguments,
     pending_page,
+)
+from sandbox.errors import (
+    ConfigurationError,
+    ConfirmationStateError,
+    ConfirmationTimedOutError,
+    RuleError,
+    UnknownConfirmationError,
 )
 
 COOKIE = "sandbox_approvals"

@@ -31,9 +31,9 @@ from typing import Any
 
 import anyio
 
-from ..display import escape_text
-from ..store import ApprovalStore
-from .listing import WATCH_WINDOW, pending_window
+from sandbox.approval.display import escape_text
+from sandbox.approval.store import ApprovalStore
+from sandbox.approval.web.listing import WATCH_WINDOW, pending_window
 
 INTERVAL = 0.25
 RESCAN = 2.0

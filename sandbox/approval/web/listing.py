@@ -22,10 +22,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from ..display import count_controls, escape_pieces, escape_text, rule_subjects_of
-from ..explain import explain
-from ..models import ConfirmationRequest
-from ..store import MAX_PAGE, ApprovalStore, Page
+from sandbox.approval.display import count_controls, escape_pieces, escape_text, rule_subjects_of
+from sandbox.approval.explain import explain
+from sandbox.approval.models import ConfirmationRequest
+from sandbox.approval.store import MAX_PAGE, ApprovalStore, Page
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ..providers import OnTimeout
-from ..queue import QueueConfirmationProvider
-from ..store import ApprovalStore
+from sandbox.approval.providers import OnTimeout
+from sandbox.approval.queue import QueueConfirmationProvider
+from sandbox.approval.store import ApprovalStore
 
 if TYPE_CHECKING:
-    from .server import ApprovalServer
+    from sandbox.approval.web.server import ApprovalServer
 
 
 class WebConfirmationProvider(QueueConfirmationProvider):
@@ -52,7 +52,7 @@ class WebConfirmationProvider(QueueConfirmationProvider):
     async def serving(self) -> AsyncIterator[ApprovalServer]:
         """Serve the page from this process while the block runs; yields the server
         (``server.url`` is the address to open, token included)."""
-        from .server import ApprovalServer  # starlette/uvicorn: the `web` extra
+        from sandbox.approval.web.server import ApprovalServer  # starlette/uvicorn: the `web` extra
 
         server = ApprovalServer(self.store, host=self.host, port=self.port, token=self.token)
         async with anyio.create_task_group() as tg:

@@ -18,9 +18,9 @@ import anyio
 import uvicorn
 from anyio.abc import TaskStatus
 
-from ...errors import ConfigurationError
-from ..store import ApprovalStore
-from .app import LOOPBACK, create_app, new_token
+from sandbox.approval.store import ApprovalStore
+from sandbox.approval.web.app import LOOPBACK, create_app, new_token
+from sandbox.errors import ConfigurationError
 
 #: The environment variable that fixes the access token (for restarts and scripts).
 TOKEN_ENV = "SANDBOX_APPROVALS_TOKEN"

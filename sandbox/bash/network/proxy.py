@@ -42,7 +42,7 @@ from concurrent.futures import Future as ConcurrentFuture
 from dataclasses import dataclass, field
 from typing import Any
 
-from .allowlist import Allowlist, DomainRule, normalize_host, special_address
+from sandbox.bash.network.allowlist import Allowlist, DomainRule, normalize_host, special_address
 
 __all__ = [
     "HTTP_PORT",
