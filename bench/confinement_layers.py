@@ -1,4 +1,4 @@
-"""Per-command cost of each OS confinement layer (sandbox/bash/confinement.py).
+"""Per-command cost of each OS confinement layer (sandbox/bash/linux/confinement.py).
 
 Each row spawns `/bin/true` with subprocess and a preexec_fn that applies one layer
 (preparation before the fork included, as a run does it: the prepared Landlock rules
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import anyio
 
-from sandbox.bash import confinement as confinement_module
-from sandbox.bash.confinement import (
+from sandbox.bash.linux import confinement as confinement_module
+from sandbox.bash.linux.confinement import (
     UNAVAILABLE_ENV,
     Confinement,
     ConfinementRequest,
@@ -36,7 +36,7 @@ from sandbox.bash.confinement import (
     plan,
     prepare,
 )
-from sandbox.bash.process import Limits, run_bash
+from sandbox.bash.run.process import Limits, run_bash
 
 TRUE = "/bin/true"
 

@@ -27,20 +27,20 @@ from typing import Any
 
 import anyio
 
-from sandbox.approval import gate
-from sandbox.approval.call import Call, Request, expired, new_call_id
-from sandbox.approval.consult import Failure, consult
-from sandbox.approval.execute import AskedInside, Execution
-from sandbox.approval.grants import Ended, Grants, Next
+from sandbox.approval.gate import check as gate
+from sandbox.approval.gate.call import Call, Request, expired, new_call_id
+from sandbox.approval.gate.consult import Failure, consult
+from sandbox.approval.gate.execute import AskedInside, Execution
+from sandbox.approval.gate.grants import Ended, Grants, Next
+from sandbox.approval.gate.journal import Judged, Park, Transitions
+from sandbox.approval.gate.plan import Plan, plan
+from sandbox.approval.gate.results import Awaiting, NotRun, Status
+from sandbox.approval.gate.verdict import CallVerdict
 from sandbox.approval.models import ConfirmationRequest, Decision, canonical_json, digest_of
 from sandbox.approval.network import NETWORK_TOOL, NetworkAccessTool
-from sandbox.approval.plan import Plan, plan
 from sandbox.approval.providers import ConfirmationProvider, fixed_answer, parse_answer
-from sandbox.approval.results import Awaiting, NotRun, Status
 from sandbox.approval.rules import RuleBook
 from sandbox.approval.store import ApprovalStore, CallRecord, new_id, open_store
-from sandbox.approval.transitions import Judged, Park, Transitions
-from sandbox.approval.verdict import CallVerdict
 from sandbox.audit import AuditLog, Redactor, redact_secrets
 from sandbox.errors import (
     ConfigurationError,

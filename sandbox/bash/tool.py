@@ -17,19 +17,19 @@ from typing import Any, TypeVar
 import anyio.to_thread
 
 from sandbox.bash import display as _display  # noqa: F401 - registers the "bash" highlighter
-from sandbox.bash.confinement import ConfinementRequest
-from sandbox.bash.gitguard import guard_readable_paths, guarded_env
+from sandbox.bash.linux.confinement import ConfinementRequest
+from sandbox.bash.linux.protected import resolve_patterns as resolve_protected
 from sandbox.bash.network.allowlist import Allowlist
-from sandbox.bash.parse import ParseOffLoop, escape_controls, loop_budget
-from sandbox.bash.policy import BashToolPolicy, PolicyDecision
-from sandbox.bash.process import (
+from sandbox.bash.policy.evaluate import BashToolPolicy, PolicyDecision
+from sandbox.bash.run.gitguard import guard_readable_paths, guarded_env
+from sandbox.bash.run.process import (
     Limits,
     NetworkAccess,
     ProcessResult,
     _unprivileged_identity,
     run_bash,
 )
-from sandbox.bash.protected import resolve_patterns as resolve_protected
+from sandbox.bash.syntax.parse import ParseOffLoop, escape_controls, loop_budget
 from sandbox.errors import ConfigurationError, SandboxError
 from sandbox.tools.base import BaseTool, ToolArgumentError
 from sandbox.tools.context import ToolContext

@@ -68,9 +68,9 @@ try:  # ADK's bash tool appeared in 1.x; without it there is simply nothing to s
 except ImportError:  # pragma: no cover
     _adk_bash = None  # type: ignore[assignment]
 
+from sandbox.approval.gate.results import Status
 from sandbox.approval.models import Decision, args_digest
 from sandbox.approval.providers import ConfirmationProvider
-from sandbox.approval.results import Status
 from sandbox.approval.runner import ToolRunner
 from sandbox.approval.store import ApprovalStore, open_store
 from sandbox.audit import AuditLog

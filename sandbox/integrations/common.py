@@ -27,9 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox.approval.execute import CAPTURE, RunCapture
+from sandbox.approval.gate.execute import CAPTURE, RunCapture
+from sandbox.approval.gate.results import Status
 from sandbox.approval.models import Decision
-from sandbox.approval.results import Status
 from sandbox.approval.runner import ToolRunner
 from sandbox.errors import ConfirmationStateError, DuplicateCallError, UnknownCallError
 from sandbox.tools.context import ToolConfirmation

@@ -54,9 +54,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from sandbox.approval.display import command_of, escape_text
 from sandbox.approval.explain import explain
+from sandbox.approval.gate.results import Status
 from sandbox.approval.models import ConfirmationRequest, Decision
 from sandbox.approval.providers import ConfirmationProvider, OnTimeout
-from sandbox.approval.results import Status
 from sandbox.approval.runner import ToolRunner
 from sandbox.approval.store import ApprovalStore, new_id, open_store
 from sandbox.audit import AuditLog

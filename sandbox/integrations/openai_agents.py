@@ -64,8 +64,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "pip install 'sandbox[openai-agents]'"
     ) from exc
 
+from sandbox.approval.gate.results import Status
 from sandbox.approval.models import Decision, Remember
-from sandbox.approval.results import Status
 from sandbox.approval.runner import ToolRunner
 from sandbox.bash.tool import ExecuteBashTool
 from sandbox.errors import ConfigurationError, ConfirmationStateError, ConfirmationTimedOutError

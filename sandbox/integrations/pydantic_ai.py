@@ -21,7 +21,7 @@ the web page (``sandbox approvals serve``), the CLI and the queue see it and can
 it from another process; `SandboxApprovalToolset.results_from_store` turns their answers
 into ``DeferredToolResults``.
 
-What the gate adds to Pydantic AI's own approvals (measured by tests/test_pydantic_ai.py):
+What the gate adds to Pydantic AI's own approvals (measured by tests/integrations/test_pydantic_ai.py):
 an approval is bound to the exact arguments it was asked for (arguments edited in the
 saved history are refused), it is used once (replaying a history with the same approval
 returns the recorded result and runs nothing), an approval for a call that was never

@@ -147,7 +147,7 @@ def open_walls(policy: Any) -> tuple[str, ...]:
         walls.append('commands reach the network (network = "host")')
     hardening = getattr(policy, "hardening", None)
     if hardening is not None:
-        from sandbox.bash.hardening import DEFAULT_HARDENING
+        from sandbox.bash.policy.hardening import DEFAULT_HARDENING
 
         if not set(DEFAULT_HARDENING) <= set(hardening):
             walls.append("the default hardening rules are off (default_hardening = false): "
