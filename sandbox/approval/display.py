@@ -9,6 +9,7 @@ audit records as shown is what was shown.
 
 from __future__ import annotations
 
+import importlib
 import json
 import unicodedata
 from collections.abc import Callable, Iterator
@@ -181,6 +182,12 @@ REVERSE = "\x1b[7m"
 #: Highlighters a tool layer registers for the text its tools render (`BaseTool.render_args`):
 #: the bash layer registers "bash" (`sandbox.bash.display`). The gate knows none itself.
 _HIGHLIGHTERS: dict[str, Callable[[str, bool], str]] = {}
+#: Where the package's own highlighters register themselves, imported the first time
+#: their syntax is asked for: the package's top level imports nothing (docs/
+#: architecture.md), so a tool that renders "bash" without the bash layer having been
+#: imported (a FunctionTool of the user's) still gets its colours. A name, not an
+#: import: the gate does not depend on the bash layer.
+_SHIPPED_HIGHLIGHTERS = {"bash": "sandbox.bash.display"}
 
 
 def register_highlighter(syntax: str, highlight: Callable[[str, bool], str]) -> None:
@@ -193,6 +200,9 @@ def highlight(text: str, syntax: str, *, colour: bool = True) -> str:
     """``text`` for a terminal, coloured by the highlighter registered for ``syntax``
     (plain `terminal_text` when none is)."""
     fn = _HIGHLIGHTERS.get(syntax)
+    if fn is None and syntax in _SHIPPED_HIGHLIGHTERS:
+        importlib.import_module(_SHIPPED_HIGHLIGHTERS[syntax])  # registers itself
+        fn = _HIGHLIGHTERS.get(syntax)
     return fn(text, colour) if fn is not None else terminal_text(text, colour=colour)
 
 
