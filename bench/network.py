@@ -176,7 +176,12 @@ def _throughput(title: str, args: argparse.Namespace, port: int, proxy_env: dict
         print(f"   {label:<20}{medians[column]:8.0f}   {rounds:<32}{'':10}"
               + "  ".join(f"{c:12.2f}" for c in cpu))
     ratio = medians["proxied"] / medians["direct"]
-    print(f"   ratio proxied/direct: {ratio:.2f}x  (goal >= 0.80x)\n")
+    totals = {c: statistics.median(sum(x[1].values()) for x in xs) / gib
+              for c, xs in runs.items()}  # fmt: skip
+    print(f"   ratio proxied/direct: {ratio:.2f}x  (goal >= 0.80x); CPU per GiB, all "
+          f"stages: direct {totals['direct']:.2f} s, proxied {totals['proxied']:.2f} s "
+          f"(direct/proxied {totals['direct'] / totals['proxied']:.2f}x: the ratio a "
+          "saturated machine allows)\n")
 
 
 def main() -> None:

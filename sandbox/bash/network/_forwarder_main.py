@@ -7,7 +7,6 @@ import (the interpreter stays small), FD being its end of the control socket.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import resource
@@ -120,9 +119,9 @@ def serve(control_fd: int) -> None:
                 message, fds, flags, _addr = socket.recv_fds(control, 64, 2)
             except (BlockingIOError, InterruptedError):
                 return True
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE):
-                    continue  # the message (and its descriptors) is lost; rare
+            except OSError:
+                # A message lost would leave the agent waiting for its answer: end
+                # instead (the agent cuts what was carried and moves the rest itself).
                 return False
             if not message:
                 return False

@@ -259,7 +259,8 @@ class EgressProxy:
         self.max_connections_per_command = min(self.max_connections_per_command,
                                                self.max_connections)  # fmt: skip
         self._slots = asyncio.Semaphore(self.max_connections)
-        self._forwarder.start(loop)
+        # Started from the loop, not here: start() returns without waiting for a fork.
+        loop.call_soon(self._forwarder.start, loop)
         self._started.set()
         try:
             loop.run_forever()
