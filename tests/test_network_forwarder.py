@@ -186,7 +186,8 @@ def test_the_forwarding_process_goes_with_the_agent(tmp_path: Path) -> None:
     with _endless_server() as port:
         agent = subprocess.Popen([sys.executable, str(script), str(port)], text=True,
                                  stdout=subprocess.PIPE,
-                                 env={**os.environ, "PYTHONPATH": str(repo)})  # fmt: skip
+                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                     [str(repo), os.environ.get("PYTHONPATH", "")])})  # fmt: skip
         try:
             assert agent.stdout is not None
             pid_text, lport_text = agent.stdout.readline().split()
