@@ -218,7 +218,7 @@ def main() -> None:
     # warm before anything is timed.
     _curl(f"http://bench.test:{port}/small", proxy_env)
     thread = proxy._thread.native_id if proxy._thread is not None else None
-    stages = _Stages(server.pid, thread, proxy.forwarder_pid)
+    stages = _Stages(server.pid, thread, getattr(proxy, "forwarder_pid", None))
 
     _throughput(f"1. Download of {args.mib} MiB over loopback (curl; {args.rounds} rounds "
                 "alternating)", args, port, proxy_env, stages)  # fmt: skip
@@ -239,7 +239,7 @@ def main() -> None:
     print(f"   added per connection (median): {mp - md:.3f} ms  (goal <= 1 ms)\n")
 
     print(f"3. Proxy memory while {args.streams} connections stream")
-    forwarder = proxy.forwarder_pid or 0
+    forwarder = getattr(proxy, "forwarder_pid", None) or 0
     before, fbefore = _rss_kib(), _rss_kib(forwarder)
     clients = []
     for _ in range(args.streams):
