@@ -184,24 +184,7 @@ def _throughput(title: str, args: argparse.Namespace, port: int, proxy_env: dict
           "saturated machine allows)\n")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--mib", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--small", type=int, default=100)
-    parser.add_argument("--streams", type=int, default=50)
-    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.serve is not None:  # the server process: the listener is fd 3
-        _server(args.mib << 20, socket.socket(fileno=args.serve))
-        return
-
-    print("load average before: " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + "\n")
-    listener = socket.create_server(("127.0.0.1", 0), backlog=512)
-    port = listener.getsockname()[1]
-    server = subprocess.Popen([sys.executable, __file__, "--mib", str(args.mib), "--serve",
-                               str(listener.fileno())], pass_fds=[listener.fileno()])  # fmt: skip
-
+def _measure(args: argparse.Namespace, port: int, server_pid: int) -> None:
     async def resolver(host: str, p: int) -> list[str]:
         return ["127.0.0.1"]
 
@@ -218,7 +201,7 @@ def main() -> None:
     # warm before anything is timed.
     _curl(f"http://bench.test:{port}/small", proxy_env)
     thread = proxy._thread.native_id if proxy._thread is not None else None
-    stages = _Stages(server.pid, thread, getattr(proxy, "forwarder_pid", None))
+    stages = _Stages(server_pid, thread, getattr(proxy, "forwarder_pid", None))
 
     _throughput(f"1. Download of {args.mib} MiB over loopback (curl; {args.rounds} rounds "
                 "alternating)", args, port, proxy_env, stages)  # fmt: skip
@@ -258,9 +241,32 @@ def main() -> None:
               f"({(d - b) / args.streams:.0f} KiB per connection)")
     proxy.detach(att)
     proxy.stop()
-    server.kill()
-    server.wait()
-    listener.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mib", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--small", type=int, default=100)
+    parser.add_argument("--streams", type=int, default=50)
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve is not None:  # the server process: the listener is fd 3
+        _server(args.mib << 20, socket.socket(fileno=args.serve))
+        return
+
+    print("load average before: " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + "\n")
+    listener = socket.create_server(("127.0.0.1", 0), backlog=512)
+    port = listener.getsockname()[1]
+    server = subprocess.Popen([sys.executable, __file__, "--mib", str(args.mib), "--serve",
+                               str(listener.fileno())], pass_fds=[listener.fileno()])  # fmt: skip
+
+    try:
+        _measure(args, port, server.pid)
+    finally:  # the server never outlives the bench (an exception, a closed stdout)
+        server.kill()
+        server.wait()
+        listener.close()
     print("\nload average after: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
