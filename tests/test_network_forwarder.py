@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -211,3 +212,82 @@ def test_the_forwarding_process_goes_with_the_agent(tmp_path: Path) -> None:
             if agent.poll() is None:
                 agent.kill()
                 agent.wait()
+
+
+_STALLED_CLIENT = """
+import os, socket, sys, threading, time
+from sandbox.bash.network import Allowlist, EgressProxy
+server = socket.create_server(("127.0.0.1", 0))
+port = server.getsockname()[1]
+def feed(conn):
+    try:
+        while True:
+            conn.sendall(b"x" * 65536)
+    except OSError:
+        pass
+def accept():
+    while True:
+        conn = server.accept()[0]
+        threading.Thread(target=feed, args=(conn,), daemon=True).start()
+threading.Thread(target=accept, daemon=True).start()
+async def resolve(host, p):
+    return ["127.0.0.1"]
+# A pipe larger than an unprivileged user may have (pipe-max-size): the pipe keeps its
+# default size, as every new pipe does past pipe-user-pages-soft.
+proxy = EgressProxy(resolver=resolve, chunk_bytes=4 << 20).start()
+listener = socket.create_server(("127.0.0.1", 0))
+att = proxy.attach([listener], Allowlist.parse([f"far.test:{port}", f"127.0.0.1:{port}"]))
+def cpu(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+for case in ("forwarder", "proxy thread"):
+    if case == "proxy thread":
+        os.kill(proxy.forwarder_pid, 9)
+        while proxy.forwarder_pid is not None:
+            time.sleep(0.05)
+    c = socket.create_connection(listener.getsockname())
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    c.sendall(f"CONNECT far.test:{port} HTTP/1.1\\r\\n\\r\\n".encode())
+    assert c.recv(65536)
+    time.sleep(1)  # every buffer on the way fills up: the client reads no more
+    pid = proxy.forwarder_pid or os.getpid()
+    before = cpu(pid)
+    time.sleep(2)
+    print(case, round(cpu(pid) - before, 2), flush=True)
+    c.close()
+"""
+
+
+def test_a_pipe_smaller_than_asked_for_does_not_spin() -> None:
+    """An unprivileged agent's pipes stay at their default size past pipe-max-size or
+    pipe-user-pages-soft (64 MiB of pipes per user: 32 streaming connections). A
+    direction that took the pipe for the size it asked for kept waiting for its
+    readable source with the pipe full, woke at once, moved nothing, and spun at 100%
+    CPU while its client did not read (in the forwarding process, and in the proxy's
+    thread, holding the agent's GIL)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("useradd") is None:
+        pytest.skip("needs root to make a throwaway user (setpriv, useradd)")
+    python = "/usr/bin/python3"
+    if not os.path.exists(python) or subprocess.run(
+            [python, "-c", f"import sys; assert sys.version_info[:2] == {sys.version_info[:2]}"]
+    ).returncode:  # fmt: skip
+        pytest.skip("no Python of this version that every user can run")
+    repo = Path(__file__).resolve().parents[1]
+    site_packages = [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]
+    name = f"sbxpipe{os.getpid()}"
+    subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", name], check=True,
+                   capture_output=True)  # fmt: skip
+    try:
+        env = {"PATH": "/usr/bin:/bin", "HOME": "/",
+               "PYTHONPATH": ":".join([str(repo), *site_packages])}
+        r = subprocess.run(["setpriv", "--reuid", name, "--regid", name, "--clear-groups",
+                            "env", "-i", *(f"{k}={v}" for k, v in env.items()), python,
+                            "-c", _STALLED_CLIENT], capture_output=True, text=True,
+                           timeout=60, cwd="/")  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+        used = dict(line.rsplit(" ", 1) for line in r.stdout.splitlines())
+        assert set(used) == {"forwarder", "proxy thread"}, r.stdout
+        for where, seconds in used.items():
+            assert float(seconds) < 0.1, f"{where}: {seconds} s of CPU in 2 s, moving nothing"
+    finally:
+        subprocess.run(["userdel", "-f", name], capture_output=True, check=False)

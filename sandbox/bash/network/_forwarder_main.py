@@ -15,6 +15,7 @@ import socket
 import sys
 
 _F_SETPIPE_SZ = 1031
+_F_GETPIPE_SZ = 1032
 _SPLICE_FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 # Rounds of splicing one direction gets per readiness event before the others get a
 # turn (level-triggered epoll reports it again while it is still ready).
@@ -29,8 +30,7 @@ class _Way:
     def __init__(self, ident: bytes, src: int, dst: int, size: int) -> None:
         self.ident, self.src, self.dst, self.size = ident, src, dst, size
         self.r, self.w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        with contextlib.suppress(OSError):  # up to /proc/sys/fs/pipe-max-size
-            fcntl.fcntl(self.w, _F_SETPIPE_SZ, size)
+        self.size = _pipe_capacity(self.w, size)
         self.held = 0
         self.eof = False
         self.masks = {src: 0, dst: 0}
@@ -176,6 +176,19 @@ def serve(control_fd: int) -> None:
         for way in set(ways.values()):
             _shutdown(way.src, socket.SHUT_RDWR)
             way.close()
+
+
+def _pipe_capacity(w: int, wanted: int) -> int:
+    """Grow the pipe to ``wanted`` bytes (up to /proc/sys/fs/pipe-max-size) and return
+    what it holds. Past pipe-user-pages-soft (64 MiB of pipes per user, unprivileged)
+    a pipe stays at its default size: waiting for the source while believing the pipe
+    had room would wake on a readable source forever and move nothing."""
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(w, _F_SETPIPE_SZ, wanted)
+    try:
+        return max(1, min(wanted, fcntl.fcntl(w, _F_GETPIPE_SZ)))
+    except OSError:
+        return 4096
 
 
 def _shutdown(fd: int, how: int) -> None:

@@ -789,6 +789,7 @@ def _cut(*socks: socket.socket) -> None:
 
 _HAS_SPLICE = hasattr(os, "splice")
 _F_SETPIPE_SZ = 1031
+_F_GETPIPE_SZ = 1032
 
 
 async def _wait_fd(fd: int, write: bool) -> None:
@@ -814,6 +815,10 @@ async def _splice_one_way(src: socket.socket, dst: socket.socket, size: int) -> 
     r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     with contextlib.suppress(OSError):
         fcntl.fcntl(w, _F_SETPIPE_SZ, size)
+    # What the pipe holds (past pipe-user-pages-soft it keeps its default size):
+    # believing it had more room, a full pipe woke on the readable source forever.
+    with contextlib.suppress(OSError):
+        size = max(1, min(size, fcntl.fcntl(w, _F_GETPIPE_SZ)))
     flags = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
     held, eof = 0, False
     try:
