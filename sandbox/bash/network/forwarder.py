@@ -127,9 +127,12 @@ class Forwarder:
         """The process is gone (or never came): what it carried is cut (the caller
         shuts the sockets down); later connections are moved by the proxy."""
         self.dead = True
-        if self._sock is not None and self._loop is not None:
-            with contextlib.suppress(Exception):
-                self._loop.remove_reader(self._sock.fileno())
+        if self._sock is not None:
+            if self._loop is not None:
+                with contextlib.suppress(Exception):
+                    self._loop.remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
         self._reap()
         if self._ready is not None and not self._ready.done():
             self._ready.set_result(False)
