@@ -64,7 +64,7 @@ def worker(store: str, effect: str, worker_id: int, count: int, doomed: str = ""
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks on demand, to debug
     from sandbox import FunctionTool, StoreError, ToolRunner
-    from sandbox.approval.queue import QueueConfirmationProvider
+    from sandbox.approval.channels.queue import QueueConfirmationProvider
 
     async def touch(n: int) -> dict[str, Any]:
         line = f"w{worker_id}-{n}\n".encode()

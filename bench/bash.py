@@ -319,7 +319,7 @@ def _tree_sitter_ms(data: bytes, cap: float = 2.0) -> str:
                        timeout=cap, check=True)
     except subprocess.TimeoutExpired:
         return f"> {cap:g} s"
-    from sandbox.bash.parse import _parser
+    from sandbox.bash.syntax.parse import _parser
 
     parser_ms = []
     for _ in range(3):

@@ -1,4 +1,4 @@
-"""Micro-benchmark of the bash process layer (sandbox.bash.process.run_bash).
+"""Micro-benchmark of the bash process layer (sandbox.bash.run.process.run_bash).
 
 Prints one table, medians over rounds that run every variant in a shuffled order (so
 that machine noise hits every variant alike):
@@ -29,8 +29,8 @@ from pathlib import Path
 
 from rss import peak_rss_growth  # bench/ is the script's directory
 
-from sandbox.bash.containment import MECHANISMS, availability
-from sandbox.bash.process import Limits, find_bash, run_bash
+from sandbox.bash.run.containment import MECHANISMS, availability
+from sandbox.bash.run.process import Limits, find_bash, run_bash
 
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 LIMITS = Limits(max_memory_bytes=1 << 30, max_file_size_bytes=1 << 30, max_child_processes=64)

@@ -1,4 +1,4 @@
-"""Per-command cost of each OS confinement layer (sandbox/bash/confinement.py).
+"""Per-command cost of each OS confinement layer (sandbox/bash/linux/confinement.py).
 
 Each row spawns `/bin/true` with subprocess and a preexec_fn that applies one layer
 (preparation before the fork included, as a run does it: the prepared Landlock rules
@@ -15,7 +15,6 @@ the second wall in a real run shows too.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import subprocess
@@ -26,17 +25,17 @@ from pathlib import Path
 
 import anyio
 
-from sandbox.bash import confinement as confinement_module
-from sandbox.bash.confinement import (
+from sandbox.bash.linux import confinement as confinement_module
+from sandbox.bash.linux.confinement import (
     UNAVAILABLE_ENV,
     Confinement,
     ConfinementRequest,
     detect,
-    pid_namespace,
+    fork_in_pid_namespace,
     plan,
     prepare,
 )
-from sandbox.bash.process import Limits, run_bash
+from sandbox.bash.run.process import Limits, run_bash
 
 TRUE = "/bin/true"
 
@@ -72,8 +71,19 @@ def _spawn(confinement: Confinement | None) -> Callable[[], None]:
             return
         prepared = prepare(confinement)
         try:
-            with pid_namespace() if confinement.private_proc else contextlib.nullcontext(""):
+            if not confinement.private_proc:
                 subprocess.run([TRUE], check=True, preexec_fn=prepared.apply)
+                return
+            # The first process of a PID namespace of its own, as the spawner forks it.
+            pid = fork_in_pid_namespace(confinement)
+            if pid == 0:
+                try:
+                    prepared.apply()
+                    os.execv(TRUE, [TRUE])
+                finally:
+                    os._exit(127)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0, status
         finally:
             prepared.close()
 

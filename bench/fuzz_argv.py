@@ -38,7 +38,7 @@ editor, credential helper, ssh and askpass commands, signing programs, ``!``
 aliases, include.path), with a bare repository committed inside it and reached by
 ``cd``, ``-C``, ``--git-dir``, ``GIT_DIR``. A case `check` allows without a
 confirmation runs with the policy's environment and the git guard
-(sandbox/bash/gitguard.py), as the tool runs it: any stub program that starts is a
+(sandbox/bash/run/gitguard.py), as the tool runs it: any stub program that starts is a
 divergence, since `check` reported none.
 
 A second oracle beside bench/fuzz_policy.py (which compares the programs bash ran, and
@@ -62,8 +62,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sandbox.bash.gitguard import guarded_env
-from sandbox.bash.policy import BashToolPolicy
+from sandbox.bash.policy.evaluate import BashToolPolicy
+from sandbox.bash.run.gitguard import guarded_env
 from sandbox.policies import resolve
 
 ALLOWED = ("a", "b", "echo", "true", "[")

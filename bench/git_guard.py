@@ -1,4 +1,4 @@
-"""What the git guard costs: git run directly versus through the guard (sandbox/bash/gitguard.py).
+"""What the git guard costs: git run directly versus through the guard (sandbox/bash/run/gitguard.py).
 
 The guard is a bash script that asks git for the repository's configuration (`git
 config --list`) before it runs the real git, so each git a command runs costs one bash
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sandbox.bash.gitguard import guarded_env
+from sandbox.bash.run.gitguard import guarded_env
 
 COMMANDS = (["git", "status"], ["git", "diff"], ["git", "log", "-1", "-p"],
             ["git", "rev-parse", "HEAD"])

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
-from sandbox.bash import protected
+from sandbox.bash.linux import protected
 
 
 def make_workspace(dirs: int) -> Path:

@@ -5,58 +5,126 @@ A bash sandbox (`ExecuteBashTool` under a `BashToolPolicy`), a human-in-the-loop
 durable store of approvals. Names and shapes follow Google ADK's tools.
 """
 
-from .approval import (
-    ApprovalStore,
-    AutoApprove,
-    AutoDeny,
-    CallbackConfirmationProvider,
-    CallRecord,
-    ConfirmationProvider,
-    ConfirmationRequest,
-    ConsoleConfirmationProvider,
-    Decision,
-    MemoryApprovalStore,
-    QueueConfirmationProvider,
-    Remember,
-    Rule,
-    RuleBook,
-    RulePattern,
-    ToolRunner,
-    WebConfirmationProvider,
-    args_digest,
+from typing import TYPE_CHECKING
+
+from sandbox._lazy import exports
+
+if TYPE_CHECKING:
+    from sandbox.approval import (
+        ApprovalStore,
+        AutoApprove,
+        AutoDeny,
+        CallbackConfirmationProvider,
+        CallRecord,
+        ConfirmationProvider,
+        ConfirmationRequest,
+        ConsoleConfirmationProvider,
+        Decision,
+        MemoryApprovalStore,
+        QueueConfirmationProvider,
+        Remember,
+        Rule,
+        RuleBook,
+        RulePattern,
+        ToolRunner,
+        WebConfirmationProvider,
+        args_digest,
+    )
+    from sandbox.audit import AuditLog, redact_secrets, verify_audit
+    from sandbox.bash import (
+        BashToolPolicy,
+        ExecuteBashTool,
+        HardeningRule,
+        PolicyDecision,
+        detect_protections,
+        run_bash,
+    )
+    from sandbox.errors import (
+        AuditError,
+        ConfigurationError,
+        ConfirmationStateError,
+        ConfirmationTimedOutError,
+        DuplicateCallError,
+        PolicyFileError,
+        RuleError,
+        SandboxError,
+        StoreError,
+        UnknownCallError,
+        UnknownConfirmationError,
+        UnknownRuleError,
+        UnknownToolError,
+    )
+    from sandbox.tools import (
+        BaseTool,
+        EventActions,
+        FunctionTool,
+        ToolArgumentError,
+        ToolConfirmation,
+        ToolContext,
+    )
+
+__getattr__, __dir__ = exports(
+    __name__,
+    {
+        "sandbox.approval": (
+            "ApprovalStore",
+            "AutoApprove",
+            "AutoDeny",
+            "CallbackConfirmationProvider",
+            "CallRecord",
+            "ConfirmationProvider",
+            "ConfirmationRequest",
+            "ConsoleConfirmationProvider",
+            "Decision",
+            "MemoryApprovalStore",
+            "QueueConfirmationProvider",
+            "Remember",
+            "Rule",
+            "RuleBook",
+            "RulePattern",
+            "ToolRunner",
+            "WebConfirmationProvider",
+            "args_digest",
+        ),
+        "sandbox.audit": (
+            "AuditLog",
+            "redact_secrets",
+            "verify_audit",
+        ),
+        "sandbox.bash": (
+            "BashToolPolicy",
+            "ExecuteBashTool",
+            "HardeningRule",
+            "PolicyDecision",
+            "detect_protections",
+            "run_bash",
+        ),
+        "sandbox.errors": (
+            "AuditError",
+            "ConfigurationError",
+            "ConfirmationStateError",
+            "ConfirmationTimedOutError",
+            "DuplicateCallError",
+            "PolicyFileError",
+            "RuleError",
+            "SandboxError",
+            "StoreError",
+            "UnknownCallError",
+            "UnknownConfirmationError",
+            "UnknownRuleError",
+            "UnknownToolError",
+        ),
+        "sandbox.tools": (
+            "BaseTool",
+            "EventActions",
+            "FunctionTool",
+            "ToolArgumentError",
+            "ToolConfirmation",
+            "ToolContext",
+        ),
+    },
 )
-from .audit import AuditLog, redact_secrets, verify_audit
-from .bash import (
-    BashToolPolicy,
-    ExecuteBashTool,
-    HardeningRule,
-    PolicyDecision,
-    detect_protections,
-    run_bash,
-)
-from .errors import (
-    AuditError,
-    ConfigurationError,
-    ConfirmationStateError,
-    ConfirmationTimedOutError,
-    DuplicateCallError,
-    PolicyFileError,
-    RuleError,
-    SandboxError,
-    StoreError,
-    UnknownCallError,
-    UnknownConfirmationError,
-    UnknownRuleError,
-    UnknownToolError,
-)
-from .tools import (
-    BaseTool,
-    EventActions,
-    FunctionTool,
-    ToolArgumentError,
-    ToolConfirmation,
-    ToolContext,
-)
+
 
 __version__ = "0.1.0"
 

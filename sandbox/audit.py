@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from .text import escape_surrogates
+from sandbox.text import escape_surrogates
 
 #: ``redact(tool, args) -> args``: what may be written about a call's arguments.
 Redactor = Callable[[str, dict[str, Any]], dict[str, Any]]

@@ -18,8 +18,8 @@ from typing import Any
 
 import anyio
 
-from .approval import CallbackConfirmationProvider, ConfirmationRequest, Decision, ToolRunner
-from .tools import FunctionTool
+from sandbox.approval import CallbackConfirmationProvider, ConfirmationRequest, Decision, ToolRunner
+from sandbox.tools import FunctionTool
 
 
 def _say(text: str = "") -> None:
@@ -108,10 +108,10 @@ async def _part_deferred(root: Path, db: Path) -> None:
 
 async def _part_bash(root: Path) -> None:
     try:
-        from .bash import BashToolPolicy, ExecuteBashTool
+        from sandbox.bash import BashToolPolicy, ExecuteBashTool
     except ImportError:
         return
-    from .approval import AutoApprove
+    from sandbox.approval import AutoApprove
 
     _say("")
     _say("3. a bash sandbox: the policy decides on the parsed command, limits apply")

@@ -15,8 +15,9 @@ from hypothesis import settings
 
 from sandbox import ApprovalStore
 from sandbox.approval.memory_store import MemoryApprovalStore
+from tests.paths import TESTS
 
-PROGRAMS = Path(__file__).parent / "programs"
+PROGRAMS = TESTS / "programs"
 
 # CI explores the same generated cases on every run, so a red build is reproducible
 # (run with CI=true locally); elsewhere each run draws new cases.

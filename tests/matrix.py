@@ -1,7 +1,7 @@
 """The environment matrix: the escape probes (tests/programs/escape_agent.py) run by an
 agent in each environment agents really run in, set up here on this machine.
 
-Used by tests/test_environments.py, and as a script to print SECURITY.md's table:
+Used by tests/bash/linux/test_environments.py, and as a script to print SECURITY.md's table:
 
     sudo .venv/bin/python -m tests.matrix [REPETITIONS]
 
@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.paths import REPO
+
+REPO = REPO
 PROGRAMS = REPO / "tests" / "programs"
 AGENT = PROGRAMS / "escape_agent.py"
 RESTRICTED = PROGRAMS / "restricted.py"

@@ -32,8 +32,8 @@ from sandbox import (
     ToolContext,
     ToolRunner,
 )
+from sandbox.approval.channels.web.app import create_app
 from sandbox.approval.models import args_digest, canonical_json
-from sandbox.approval.web.app import create_app
 from sandbox.audit import verify_audit
 from sandbox.errors import ConfigurationError
 from sandbox.text import escape_surrogates, is_text, lone_surrogate

@@ -27,8 +27,7 @@ from sandbox import (
     args_digest,
     verify_audit,
 )
-
-from .conftest import SideEffect
+from tests.conftest import SideEffect
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(20)]
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import REPO
+
+ROOT = REPO
 EXPECT = {
     "confirm_predicate.py": ([], ["orders is frozen", "'dry_run': True"]),
     "bash_sandbox.py": ([], ["blocked by R2", "'timed_out': True",

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import REPO
+
+ROOT = REPO
 README = (ROOT / "README.md").read_text()
 BLOCK = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.S | re.M)
 #: The top-level modules a python block imports (a block needing an extra's package

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .models import ConfirmationRequest
+from sandbox.approval.models import ConfirmationRequest
 
 # Characters that are not control characters by category but can still change what a
 # line looks like: zero-width characters, bidi marks and overrides, line separators.

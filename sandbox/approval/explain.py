@@ -15,9 +15,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from ..tools.base import confirmation_hint_text
-from .display import command_of, rule_subjects_of
-from .models import ConfirmationRequest
+from sandbox.approval.display import command_of, rule_subjects_of
+from sandbox.approval.models import ConfirmationRequest
+from sandbox.tools.base import confirmation_hint_text
 
 #: The prefix of the bash tool's hint for the model (`ExecuteBashTool.confirmation_needed`).
 _BASH_HINT = "Please approve or reject the bash command:"

@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..errors import ConfigurationError
-from ..text import escape_surrogates, lone_surrogate, not_text_message, printable
+from sandbox.errors import ConfigurationError
+from sandbox.text import escape_surrogates, lone_surrogate, not_text_message, printable
 
 RequestKind = Literal["static", "predicate", "tool", "edit"]
 RequestStatus = Literal[

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..tools.base import BaseTool, ToolArgumentError
-from ..tools.context import ToolContext
+from sandbox.tools.base import BaseTool, ToolArgumentError
+from sandbox.tools.context import ToolContext
 
 __all__ = ["NETWORK_TOOL", "NetworkAccessTool"]
 

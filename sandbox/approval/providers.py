@@ -16,9 +16,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
-from ..errors import ConfigurationError
-from ..tools.context import ToolConfirmation
-from .models import ConfirmationRequest, Decision
+from sandbox.approval.models import ConfirmationRequest, Decision
+from sandbox.errors import ConfigurationError
+from sandbox.tools.context import ToolConfirmation
 
 OnTimeout = Literal["deny", "pending"]
 #: What a callback may return: a bool, an ADK `ToolConfirmation`, or a `Decision`.

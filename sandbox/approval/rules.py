@@ -27,8 +27,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import ConfigurationError, RuleError, UnknownRuleError
-from .models import (
+from sandbox.approval.models import (
     ConfirmationRequest,
     Decision,
     Remember,
@@ -38,7 +37,8 @@ from .models import (
     RuleScope,
     args_digest,
 )
-from .store import ApprovalStore, new_id
+from sandbox.approval.store import ApprovalStore, new_id
+from sandbox.errors import ConfigurationError, RuleError, UnknownRuleError
 
 __all__ = ["Rule", "RuleBook", "RuleKind", "RuleScope", "check_patterns", "patterns_for"]
 

@@ -27,37 +27,37 @@ from typing import Any
 
 import anyio
 
-from ..audit import AuditLog, Redactor, redact_secrets
-from ..errors import (
+from sandbox.approval.gate import check as gate
+from sandbox.approval.gate.call import Call, Request, expired, new_call_id
+from sandbox.approval.gate.consult import Failure, consult
+from sandbox.approval.gate.execute import AskedInside, Execution
+from sandbox.approval.gate.grants import Ended, Grants, Next
+from sandbox.approval.gate.journal import Judged, Park, Transitions
+from sandbox.approval.gate.plan import Plan, plan
+from sandbox.approval.gate.results import Awaiting, NotRun, Status
+from sandbox.approval.gate.verdict import CallVerdict
+from sandbox.approval.models import ConfirmationRequest, Decision, canonical_json, digest_of
+from sandbox.approval.network import NETWORK_TOOL, NetworkAccessTool
+from sandbox.approval.providers import ConfirmationProvider, fixed_answer, parse_answer
+from sandbox.approval.rules import RuleBook
+from sandbox.approval.store import ApprovalStore, CallRecord, new_id, open_store
+from sandbox.audit import AuditLog, Redactor, redact_secrets
+from sandbox.errors import (
     ConfigurationError,
     ConfirmationStateError,
     UnknownCallError,
     UnknownConfirmationError,
     UnknownToolError,
 )
-from ..text import (
+from sandbox.text import (
     is_text,
     lone_surrogate,
     not_text_message,
     printable,
     surrogates_as_text,
 )
-from ..tools.base import BaseTool, ToolArgumentError, confirmation_hint_text
-from ..tools.context import OUTER_CALL, ToolConfirmation, ToolContext
-from . import gate
-from .call import Call, Request, expired, new_call_id
-from .consult import Failure, consult
-from .execute import AskedInside, Execution
-from .grants import Ended, Grants, Next
-from .models import ConfirmationRequest, Decision, canonical_json, digest_of
-from .network import NETWORK_TOOL, NetworkAccessTool
-from .plan import Plan, plan
-from .providers import ConfirmationProvider, fixed_answer, parse_answer
-from .results import Awaiting, NotRun, Status
-from .rules import RuleBook
-from .store import ApprovalStore, CallRecord, new_id, open_store
-from .transitions import Judged, Park, Transitions
-from .verdict import CallVerdict
+from sandbox.tools.base import BaseTool, ToolArgumentError, confirmation_hint_text
+from sandbox.tools.context import OUTER_CALL, ToolConfirmation, ToolContext
 
 #: Longest call id accepted (ADK's and OpenAI's ids are a few dozen characters).
 MAX_CALL_ID = 256

@@ -1,11 +1,38 @@
 """The bash sandbox: a policy decided on the tree-sitter-bash parse tree, a process layer
 that kills the whole tree, and `ExecuteBashTool` tying them to the gate."""
 
-from .hardening import DEFAULT_HARDENING, HardeningRule
-from .parse import escape_controls
-from .policy import BashToolPolicy, PolicyDecision
-from .process import Limits, ProcessResult, detect_protections, run_bash
-from .tool import ExecuteBashTool
+from typing import TYPE_CHECKING
+
+from sandbox._lazy import exports
+
+if TYPE_CHECKING:
+    from sandbox.bash.policy.evaluate import BashToolPolicy, PolicyDecision
+    from sandbox.bash.policy.hardening import DEFAULT_HARDENING, HardeningRule
+    from sandbox.bash.run.process import Limits, ProcessResult, detect_protections, run_bash
+    from sandbox.bash.syntax.parse import escape_controls
+    from sandbox.bash.tool import ExecuteBashTool
+
+__getattr__, __dir__ = exports(
+    __name__,
+    {
+        "sandbox.bash.policy.hardening": (
+            "DEFAULT_HARDENING",
+            "HardeningRule",
+        ),
+        "sandbox.bash.syntax.parse": ("escape_controls",),
+        "sandbox.bash.policy.evaluate": (
+            "BashToolPolicy",
+            "PolicyDecision",
+        ),
+        "sandbox.bash.run.process": (
+            "Limits",
+            "ProcessResult",
+            "detect_protections",
+            "run_bash",
+        ),
+        "sandbox.bash.tool": ("ExecuteBashTool",),
+    },
+)
 
 __all__ = [
     "DEFAULT_HARDENING",

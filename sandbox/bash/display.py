@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from ..approval.display import RESET, REVERSE, escape_pieces, register_highlighter
+from sandbox.approval.display import RESET, REVERSE, escape_pieces, register_highlighter
 
 _COLOURS = {
     "command": "\x1b[1;32m",   # bold green: the program that runs

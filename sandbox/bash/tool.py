@@ -16,17 +16,23 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 
-from ..errors import ConfigurationError, SandboxError
-from ..tools.base import BaseTool, ToolArgumentError
-from ..tools.context import ToolContext
-from . import display as _display  # noqa: F401 - registers the "bash" highlighter
-from .confinement import ConfinementRequest
-from .gitguard import guard_readable_paths, guarded_env
-from .network.allowlist import Allowlist
-from .parse import ParseOffLoop, escape_controls, loop_budget
-from .policy import BashToolPolicy, PolicyDecision
-from .process import Limits, NetworkAccess, ProcessResult, _unprivileged_identity, run_bash
-from .protected import resolve_patterns as resolve_protected
+from sandbox.bash import display as _display  # noqa: F401 - registers the "bash" highlighter
+from sandbox.bash.config import ConfinementRequest
+from sandbox.bash.config import resolve_patterns as resolve_protected
+from sandbox.bash.network.allowlist import Allowlist
+from sandbox.bash.policy.evaluate import BashToolPolicy, PolicyDecision
+from sandbox.bash.run.gitguard import guard_readable_paths, guarded_env
+from sandbox.bash.run.process import (
+    Limits,
+    NetworkAccess,
+    ProcessResult,
+    _unprivileged_identity,
+    run_bash,
+)
+from sandbox.bash.syntax.parse import ParseOffLoop, escape_controls, loop_budget
+from sandbox.errors import ConfigurationError, SandboxError
+from sandbox.tools.base import BaseTool, ToolArgumentError
+from sandbox.tools.context import ToolContext
 
 # A command is decided on the event loop only when that is cheap: a decision already
 # made, or a command of at most this many characters that needs no parse worker and

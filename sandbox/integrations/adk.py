@@ -68,16 +68,16 @@ try:  # ADK's bash tool appeared in 1.x; without it there is simply nothing to s
 except ImportError:  # pragma: no cover
     _adk_bash = None  # type: ignore[assignment]
 
-from ..approval.models import Decision, args_digest
-from ..approval.providers import ConfirmationProvider
-from ..approval.results import Status
-from ..approval.runner import ToolRunner
-from ..approval.store import ApprovalStore, open_store
-from ..audit import AuditLog
-from ..errors import ConfigurationError, DuplicateCallError, UnknownCallError
-from ..tools.base import BaseTool, ToolArgumentError, confirmation_hint_text
-from ..tools.context import OUTER_CALL, EventActions, OuterCall, ToolContext
-from ..tools.model_view import for_model
+from sandbox.approval.gate.results import Status
+from sandbox.approval.models import Decision, args_digest
+from sandbox.approval.providers import ConfirmationProvider
+from sandbox.approval.runner import ToolRunner
+from sandbox.approval.store import ApprovalStore, open_store
+from sandbox.audit import AuditLog
+from sandbox.errors import ConfigurationError, DuplicateCallError, UnknownCallError
+from sandbox.tools.base import BaseTool, ToolArgumentError, confirmation_hint_text
+from sandbox.tools.context import OUTER_CALL, EventActions, OuterCall, ToolContext
+from sandbox.tools.model_view import for_model
 
 __all__ = ["ApprovalPlugin", "GatedAdkTool", "to_adk_tool", "to_adk_tools"]
 

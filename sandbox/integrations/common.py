@@ -27,13 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..approval.execute import CAPTURE, RunCapture
-from ..approval.models import Decision
-from ..approval.results import Status
-from ..approval.runner import ToolRunner
-from ..errors import ConfirmationStateError, DuplicateCallError, UnknownCallError
-from ..tools.context import ToolConfirmation
-from ..tools.model_view import for_model
+from sandbox.approval.gate.execute import CAPTURE, RunCapture
+from sandbox.approval.gate.results import Status
+from sandbox.approval.models import Decision
+from sandbox.approval.runner import ToolRunner
+from sandbox.errors import ConfirmationStateError, DuplicateCallError, UnknownCallError
+from sandbox.tools.context import ToolConfirmation
+from sandbox.tools.model_view import for_model
 
 __all__ = ["GateOutcome", "answer_call", "run_call", "session_key"]
 

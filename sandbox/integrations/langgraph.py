@@ -54,15 +54,15 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "them with pip install 'sandbox[langgraph]'"
     ) from exc
 
-from ..approval.models import Decision
-from ..approval.providers import ConfirmationProvider
-from ..approval.runner import ToolRunner
-from ..approval.store import ApprovalStore, open_store
-from ..audit import AuditLog
-from ..errors import ConfigurationError, ConfirmationStateError
-from ..tools.base import BaseTool
-from ..tools.context import ToolContext
-from .common import GateOutcome, answer_call, run_call, session_key
+from sandbox.approval.models import Decision
+from sandbox.approval.providers import ConfirmationProvider
+from sandbox.approval.runner import ToolRunner
+from sandbox.approval.store import ApprovalStore, open_store
+from sandbox.audit import AuditLog
+from sandbox.errors import ConfigurationError, ConfirmationStateError
+from sandbox.integrations.common import GateOutcome, answer_call, run_call, session_key
+from sandbox.tools.base import BaseTool
+from sandbox.tools.context import ToolContext
 
 __all__ = [
     "CHANNEL",

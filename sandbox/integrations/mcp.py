@@ -52,23 +52,23 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "pip install 'sandbox[mcp]'"
     ) from exc
 
-from ..approval.display import command_of, escape_text
-from ..approval.explain import explain
-from ..approval.models import ConfirmationRequest, Decision
-from ..approval.providers import ConfirmationProvider, OnTimeout
-from ..approval.results import Status
-from ..approval.runner import ToolRunner
-from ..approval.store import ApprovalStore, new_id, open_store
-from ..audit import AuditLog
-from ..errors import (
+from sandbox.approval.display import command_of, escape_text
+from sandbox.approval.explain import explain
+from sandbox.approval.gate.results import Status
+from sandbox.approval.models import ConfirmationRequest, Decision
+from sandbox.approval.providers import ConfirmationProvider, OnTimeout
+from sandbox.approval.runner import ToolRunner
+from sandbox.approval.store import ApprovalStore, new_id, open_store
+from sandbox.audit import AuditLog
+from sandbox.errors import (
     ApprovalUnavailableError,
     ConfigurationError,
     SandboxError,
     UnknownConfirmationError,
 )
-from ..text import is_text, lone_surrogate, not_text_message, printable, surrogates_as_text
-from ..tools.base import BaseTool
-from ..tools.model_view import for_model
+from sandbox.text import is_text, lone_surrogate, not_text_message, printable, surrogates_as_text
+from sandbox.tools.base import BaseTool
+from sandbox.tools.model_view import for_model
 
 __all__ = [
     "APPROVAL_FORM",
@@ -564,7 +564,7 @@ def tool_description(tool: BaseTool) -> str | None:
     policy = getattr(tool, "policy", None)
     if policy is None:
         return text
-    from ..policies import open_walls
+    from sandbox.policies import open_walls
 
     walls = open_walls(policy)
     if not walls:
@@ -630,7 +630,7 @@ def output_schema(tool: BaseTool) -> dict[str, Any]:
 
 def build_server(gate: GatedToolServer, *, name: str = "sandbox") -> Server[Any]:
     """The low-level MCP `Server` whose handlers are ``gate``'s."""
-    from .. import __version__
+    from sandbox import __version__
 
     async def on_list_tools(ctx: Any, params: Any) -> mtypes.ListToolsResult:
         return mtypes.ListToolsResult(tools=await gate.list_tools())

@@ -64,13 +64,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "pip install 'sandbox[openai-agents]'"
     ) from exc
 
-from ..approval.models import Decision, Remember
-from ..approval.results import Status
-from ..approval.runner import ToolRunner
-from ..bash.tool import ExecuteBashTool
-from ..errors import ConfigurationError, ConfirmationStateError, ConfirmationTimedOutError
-from ..tools.base import BaseTool
-from .common import GateOutcome, answer_call, run_call, session_key
+from sandbox.approval.gate.results import Status
+from sandbox.approval.models import Decision, Remember
+from sandbox.approval.runner import ToolRunner
+from sandbox.bash.tool import ExecuteBashTool
+from sandbox.errors import ConfigurationError, ConfirmationStateError, ConfirmationTimedOutError
+from sandbox.integrations.common import GateOutcome, answer_call, run_call, session_key
+from sandbox.tools.base import BaseTool
 
 __all__ = [
     "CHANNEL",

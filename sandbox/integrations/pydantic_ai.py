@@ -21,7 +21,7 @@ the web page (``sandbox approvals serve``), the CLI and the queue see it and can
 it from another process; `SandboxApprovalToolset.results_from_store` turns their answers
 into ``DeferredToolResults``.
 
-What the gate adds to Pydantic AI's own approvals (measured by tests/test_pydantic_ai.py):
+What the gate adds to Pydantic AI's own approvals (measured by tests/integrations/test_pydantic_ai.py):
 an approval is bound to the exact arguments it was asked for (arguments edited in the
 saved history are refused), it is used once (replaying a history with the same approval
 returns the recorded result and runs nothing), an approval for a call that was never
@@ -71,15 +71,15 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "pip install 'sandbox[pydantic-ai]'"
     ) from exc
 
-from ..approval.models import Decision
-from ..approval.providers import ConfirmationProvider
-from ..approval.runner import ToolRunner
-from ..approval.store import ApprovalStore, open_store
-from ..audit import AuditLog
-from ..errors import ConfigurationError
-from ..tools.base import BaseTool, ToolArgumentError
-from ..tools.context import ToolContext
-from .common import GateOutcome, answer_call, run_call, session_key
+from sandbox.approval.models import Decision
+from sandbox.approval.providers import ConfirmationProvider
+from sandbox.approval.runner import ToolRunner
+from sandbox.approval.store import ApprovalStore, open_store
+from sandbox.audit import AuditLog
+from sandbox.errors import ConfigurationError
+from sandbox.integrations.common import GateOutcome, answer_call, run_call, session_key
+from sandbox.tools.base import BaseTool, ToolArgumentError
+from sandbox.tools.context import ToolContext
 
 __all__ = ["SandboxApprovalToolset", "results_from_store", "toolset"]
 

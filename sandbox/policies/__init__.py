@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import PolicyFileError
+from sandbox.errors import PolicyFileError
 
 __all__ = ["DIRECTORY", "SEARCH_PATH_ENV", "banner", "is_name", "names", "open_walls",
            "resolve", "search_path"]
@@ -147,7 +147,7 @@ def open_walls(policy: Any) -> tuple[str, ...]:
         walls.append('commands reach the network (network = "host")')
     hardening = getattr(policy, "hardening", None)
     if hardening is not None:
-        from ..bash.hardening import DEFAULT_HARDENING
+        from sandbox.bash.policy.hardening import DEFAULT_HARDENING
 
         if not set(DEFAULT_HARDENING) <= set(hardening):
             walls.append("the default hardening rules are off (default_hardening = false): "

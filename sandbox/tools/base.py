@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-from .context import ToolContext
+from sandbox.tools.context import ToolContext
 
 
 def confirmation_hint_text(name: str) -> str:

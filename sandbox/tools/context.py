@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, alias_generators
 
-from ..errors import ConfigurationError
+from sandbox.errors import ConfigurationError
 
 
 class ToolConfirmation(BaseModel):

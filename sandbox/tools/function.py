@@ -11,9 +11,9 @@ from typing import Any
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from .base import BaseTool, ToolArgumentError, confirmation_hint_text
-from .context import ToolContext
-from .docstring import parse_docstring
+from sandbox.tools.base import BaseTool, ToolArgumentError, confirmation_hint_text
+from sandbox.tools.context import ToolContext
+from sandbox.tools.docstring import parse_docstring
 
 #: ``require_confirmation`` accepts a flag or a predicate over the call's arguments.
 ConfirmationPredicate = Callable[..., bool | Awaitable[bool]]

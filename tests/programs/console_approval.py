@@ -18,8 +18,8 @@ from typing import Any
 import anyio
 
 from sandbox import FunctionTool, ToolRunner
-from sandbox.approval.console import ConsoleConfirmationProvider
-from sandbox.bash.policy import BashToolPolicy
+from sandbox.approval.channels.console import ConsoleConfirmationProvider
+from sandbox.bash.policy.evaluate import BashToolPolicy
 
 
 class ShellTool(FunctionTool):

@@ -1,6 +1,6 @@
 """An agent that attacks its own sandbox: the escape probes of the environment matrix.
 
-Run by tests/test_environments.py in each environment (root, a throwaway user, that
+Run by tests/bash/linux/test_environments.py in each environment (root, a throwaway user, that
 user inside `unshare --user --map-root-user`, root without CAP_SYS_ADMIN under a
 Docker-like seccomp filter, a user without user namespaces, Landlock absent). It runs
 every probe through `ExecuteBashTool` under the DEFAULT policy, each as a script the
@@ -181,7 +181,7 @@ async def main() -> None:
             other.wait()
 
     # Descriptors the agent and its spawner hold per workspace (each reserves runs).
-    from sandbox.bash.spawner import Spawner
+    from sandbox.bash.linux.spawner import Spawner
 
     def held() -> int:
         spawner = Spawner.shared().pid

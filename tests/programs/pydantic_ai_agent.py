@@ -1,4 +1,4 @@
-"""A Pydantic AI agent behind the gate, one run per process (run by tests/test_pydantic_ai.py).
+"""A Pydantic AI agent behind the gate, one run per process (run by tests/integrations/test_pydantic_ai.py).
 
 usage: pydantic_ai_agent.py STORE EFFECT HISTORY ask
        pydantic_ai_agent.py STORE EFFECT HISTORY resume-from-store

@@ -5,17 +5,46 @@
 extra, imported only when one is opened). The SQL backends share their operations
 (`sql.SQLApprovalStore`). `open_store` opens the one a reference names."""
 
-from .base import MAX_PENDING_PER_SESSION, ApprovalStore, open_store
-from .memory import MemoryApprovalStore
-from .postgres import PostgresApprovalStore
-from .protocol import MAX_PAGE, Page, StoreProtocol
-from .records import CallRecord, Owner, dt, new_id
-from .sqlite import SQLiteApprovalStore
-from .states import CallState, RequestStatus
+from typing import TYPE_CHECKING
 
-# Names the gate imported before the store was a package.
-_Owner = Owner
-_dt = dt
+from sandbox._lazy import exports
+
+if TYPE_CHECKING:
+    from sandbox.approval.store.base import MAX_PENDING_PER_SESSION, ApprovalStore, open_store
+    from sandbox.approval.store.memory import MemoryApprovalStore
+    from sandbox.approval.store.postgres import PostgresApprovalStore
+    from sandbox.approval.store.protocol import MAX_PAGE, Page, StoreProtocol
+    from sandbox.approval.store.records import CallRecord, Owner, new_id
+    from sandbox.approval.store.sqlite import SQLiteApprovalStore
+    from sandbox.approval.store.states import CallState, RequestStatus
+
+__getattr__, __dir__ = exports(
+    __name__,
+    {
+        "sandbox.approval.store.base": (
+            "MAX_PENDING_PER_SESSION",
+            "ApprovalStore",
+            "open_store",
+        ),
+        "sandbox.approval.store.memory": ("MemoryApprovalStore",),
+        "sandbox.approval.store.postgres": ("PostgresApprovalStore",),
+        "sandbox.approval.store.protocol": (
+            "MAX_PAGE",
+            "Page",
+            "StoreProtocol",
+        ),
+        "sandbox.approval.store.records": (
+            "CallRecord",
+            "Owner",
+            "new_id",
+        ),
+        "sandbox.approval.store.sqlite": ("SQLiteApprovalStore",),
+        "sandbox.approval.store.states": (
+            "CallState",
+            "RequestStatus",
+        ),
+    },
+)
 
 __all__ = [
     "MAX_PAGE",

@@ -13,10 +13,10 @@ import os
 import time
 from typing import Any
 
-from ...errors import StoreError
-from ..models import ConfirmationRequest
-from .protocol import MAX_PAGE, StoreProtocol
-from .records import built_request
+from sandbox.approval.models import ConfirmationRequest
+from sandbox.approval.store.protocol import MAX_PAGE, StoreProtocol
+from sandbox.approval.store.records import built_request
+from sandbox.errors import StoreError
 
 #: Pending requests one session may have at once (a runner's session id).
 MAX_PENDING_PER_SESSION = 1_000
@@ -90,12 +90,12 @@ class ApprovalStore(StoreProtocol):
 
 def _backend_for(ref: str | os.PathLike[str] | None) -> type[ApprovalStore]:
     if ref is None:
-        from .memory import MemoryApprovalStore
+        from sandbox.approval.store.memory import MemoryApprovalStore
 
         return MemoryApprovalStore
     text = str(ref)
     if text.startswith(("postgresql:", "postgres:")):
-        from .postgres import PostgresApprovalStore, redacted
+        from sandbox.approval.store.postgres import PostgresApprovalStore, redacted
 
         if not text.startswith(("postgresql://", "postgres://")):
             raise StoreError(f"{redacted(text)}: a PostgreSQL store is named by a URL, "
@@ -105,7 +105,7 @@ def _backend_for(ref: str | os.PathLike[str] | None) -> type[ApprovalStore]:
         raise StoreError(
             f"{text.split('://', 1)[0]}://…: unknown kind of approval store; use a SQLite "
             "file path, ':memory:', or a postgresql:// URL")
-    from .sqlite import SQLiteApprovalStore
+    from sandbox.approval.store.sqlite import SQLiteApprovalStore
 
     return SQLiteApprovalStore
 

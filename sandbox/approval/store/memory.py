@@ -20,18 +20,11 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import (
-    ConfirmationStateError,
-    ConfirmationTimedOutError,
-    StoreError,
-    UnknownCallError,
-    UnknownConfirmationError,
-)
-from ..models import ConfirmationRequest, Rule, canonical_json
-from ..providers import parse_answer
-from .base import MAX_PENDING_PER_SESSION, ApprovalStore
-from .protocol import Page
-from .records import (
+from sandbox.approval.models import ConfirmationRequest, Rule, canonical_json
+from sandbox.approval.providers import parse_answer
+from sandbox.approval.store.base import MAX_PENDING_PER_SESSION, ApprovalStore
+from sandbox.approval.store.protocol import Page
+from sandbox.approval.store.records import (
     HUMAN_OUTCOMES,
     PRUNABLE_STATES,
     CallRecord,
@@ -45,7 +38,14 @@ from .records import (
     request_from_row,
     timed_out_message,
 )
-from .states import HELD, IN_PROGRESS, PARKABLE, allowed
+from sandbox.approval.store.states import HELD, IN_PROGRESS, PARKABLE, allowed
+from sandbox.errors import (
+    ConfirmationStateError,
+    ConfirmationTimedOutError,
+    StoreError,
+    UnknownCallError,
+    UnknownConfirmationError,
+)
 
 _PRUNABLE = PRUNABLE_STATES
 _OPEN_STATES = IN_PROGRESS

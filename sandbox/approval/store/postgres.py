@@ -53,10 +53,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ...errors import ConfirmationStateError, StoreError
-from ..models import ConfirmationRequest, Rule, canonical_json
-from .base import MAX_PENDING_PER_SESSION
-from .records import (
+from sandbox.approval.models import ConfirmationRequest, Rule, canonical_json
+from sandbox.approval.store.base import MAX_PENDING_PER_SESSION
+from sandbox.approval.store.records import (
     HUMAN_OUTCOMES,
     CallRecord,
     Owner,
@@ -65,8 +64,9 @@ from .records import (
     new_id,
     request_from_row,
 )
-from .sql import RULE_COLUMNS, SQLApprovalStore, lease_seconds
-from .states import PARKABLE
+from sandbox.approval.store.sql import RULE_COLUMNS, SQLApprovalStore, lease_seconds
+from sandbox.approval.store.states import PARKABLE
+from sandbox.errors import ConfirmationStateError, StoreError
 
 _log = logging.getLogger(__name__)
 

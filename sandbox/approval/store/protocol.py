@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..models import ConfirmationRequest, Rule
-from .records import CallRecord
+from sandbox.approval.models import ConfirmationRequest, Rule
+from sandbox.approval.store.records import CallRecord
 
 #: The largest page `list_pending` returns.
 MAX_PAGE = 500

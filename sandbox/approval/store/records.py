@@ -18,10 +18,10 @@ from typing import Any
 
 import psutil  # type: ignore[import-untyped, unused-ignore]
 
-from ...errors import ConfirmationStateError, StoreError
-from ...text import escape_surrogates
-from ..models import ConfirmationRequest
-from .states import PRUNABLE, TERMINAL
+from sandbox.approval.models import ConfirmationRequest
+from sandbox.approval.store.states import PRUNABLE, TERMINAL
+from sandbox.errors import ConfirmationStateError, StoreError
+from sandbox.text import escape_surrogates
 
 #: Call states a call never leaves (``in_doubt`` and ``abandoned`` included).
 TERMINAL_STATES = frozenset(str(s) for s in TERMINAL)

@@ -41,18 +41,11 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any, ClassVar
 
-from ...errors import (
-    ConfirmationStateError,
-    ConfirmationTimedOutError,
-    StoreError,
-    UnknownCallError,
-    UnknownConfirmationError,
-)
-from ..models import ConfirmationRequest, Rule, canonical_json
-from ..providers import parse_answer
-from .base import ApprovalStore
-from .protocol import Page
-from .records import (
+from sandbox.approval.models import ConfirmationRequest, Rule, canonical_json
+from sandbox.approval.providers import parse_answer
+from sandbox.approval.store.base import ApprovalStore
+from sandbox.approval.store.protocol import Page
+from sandbox.approval.store.records import (
     HUMAN_OUTCOMES,
     PRUNABLE_STATES,
     REQUEST_COLUMNS,
@@ -67,7 +60,14 @@ from .records import (
     request_from_row,
     timed_out_message,
 )
-from .states import HELD, IN_PROGRESS, PARKABLE, sql_list
+from sandbox.approval.store.states import HELD, IN_PROGRESS, PARKABLE, sql_list
+from sandbox.errors import (
+    ConfirmationStateError,
+    ConfirmationTimedOutError,
+    StoreError,
+    UnknownCallError,
+    UnknownConfirmationError,
+)
 
 _log = logging.getLogger(__name__)
 

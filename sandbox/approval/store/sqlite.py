@@ -31,10 +31,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ...errors import StoreError
-from .base import MAX_PENDING_PER_SESSION
-from .records import checked_bounds, clock
-from .sql import RULE_COLUMNS, SQLApprovalStore, lease_seconds
+from sandbox.approval.store.base import MAX_PENDING_PER_SESSION
+from sandbox.approval.store.records import checked_bounds, clock
+from sandbox.approval.store.sql import RULE_COLUMNS, SQLApprovalStore, lease_seconds
+from sandbox.errors import StoreError
 
 # 2: calls.note and the journal triggers; 3: worker leases (1 and 2 are migrated on open)
 SCHEMA_VERSION = "3"

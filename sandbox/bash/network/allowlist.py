@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...errors import ConfigurationError
+from sandbox.errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_PORTS",

@@ -42,8 +42,8 @@ from concurrent.futures import Future as ConcurrentFuture
 from dataclasses import dataclass, field
 from typing import Any
 
-from .allowlist import Allowlist, DomainRule, normalize_host, special_address
-from .forwarder import Forwarder
+from sandbox.bash.network.allowlist import Allowlist, DomainRule, normalize_host, special_address
+from sandbox.bash.network.forwarder import Forwarder
 
 __all__ = [
     "HTTP_PORT",

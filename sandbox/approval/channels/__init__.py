@@ -1,0 +1,2 @@
+"""Where humans answer: a terminal (`console`), any code reading the store (`queue`), and
+a web page (`web`)."""

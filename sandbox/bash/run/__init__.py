@@ -1,0 +1,3 @@
+"""Running: `run_bash` (`process`), reservations, whole-tree containment and killing
+(`containment`), bounded output (`capture`) and the git guard (`gitguard`). Uses
+`sandbox.bash.linux` to confine; knows nothing of policies or humans."""

@@ -1,1 +1,0 @@
-"""Subcommands of the `sandbox` CLI; each module exposes ``register(subparsers)``."""
