@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.bash.network.allowlist import Allowlist, DomainRule, normalize_host, special_address
+from sandbox.bash.network.forwarder import Forwarder
 
 __all__ = [
     "HTTP_PORT",
@@ -233,6 +234,9 @@ class EgressProxy:
         self._slots: asyncio.Semaphore | None = None
         self._asking: dict[tuple[int, str, int], asyncio.Future[bool]] = {}
         self._lock = threading.Lock()
+        # The bytes of decided connections move in a process of its own (forwarder.py:
+        # no GIL shared with the agent); this thread moves them only when it cannot.
+        self._forwarder = Forwarder()
 
     # ------------------------------------------------------------------ lifetime
 
@@ -255,12 +259,15 @@ class EgressProxy:
         self.max_connections_per_command = min(self.max_connections_per_command,
                                                self.max_connections)  # fmt: skip
         self._slots = asyncio.Semaphore(self.max_connections)
+        # Started from the loop, not here: start() returns without waiting for a fork.
+        loop.call_soon(self._forwarder.start, loop)
         self._started.set()
         try:
             loop.run_forever()
         finally:
             with contextlib.suppress(Exception):
                 loop.run_until_complete(loop.shutdown_asyncgens())
+            self._forwarder.close()
             loop.close()
 
     def stop(self) -> None:
@@ -279,6 +286,13 @@ class EgressProxy:
             asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(5)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
+
+    @property
+    def forwarder_pid(self) -> int | None:
+        """The pid of the process that moves the bytes of decided connections
+        (forwarder.py), or None when there is none (not started, or it died: this
+        proxy's thread then moves them itself)."""
+        return self._forwarder.pid
 
     def _submit(self, coro: Awaitable[Any]) -> ConcurrentFuture[Any]:
         if self._loop is None:
@@ -659,7 +673,7 @@ class EgressProxy:
         proxy connections alive (curl does) sent its next request, for another host,
         down the same connection: to the first host, with the other's credentials,
         and took the first host's answer as the other's."""
-        one_way = _splice_one_way if _HAS_SPLICE else self._copy_one_way
+        one_way = self._one_way
 
         async def down_stream() -> None:
             if close_after_response and not await self._response_head(b, a):
@@ -675,6 +689,20 @@ class EgressProxy:
         finally:
             up.cancel()
             down.cancel()
+
+    async def _one_way(self, src: socket.socket, dst: socket.socket, size: int) -> None:
+        """``src``'s bytes to ``dst`` until ``src`` ends, then ``dst`` half-closed: in
+        the forwarding process, or here when it cannot take them."""
+        try:
+            if await self._forwarder.forward(src, dst, size):
+                return
+        except ConnectionAbortedError:  # the forwarding process died: cut
+            _cut(src, dst)
+            return
+        except BaseException:  # cancelled (detach, stop): cut for every holder
+            _cut(src, dst)
+            raise
+        await (_splice_one_way if _HAS_SPLICE else self._copy_one_way)(src, dst, size)
 
     async def _response_head(self, upstream: socket.socket, conn: socket.socket) -> bool:
         """Relay the response head(s) from ``upstream`` to ``conn`` with the connection
@@ -751,8 +779,17 @@ def _bound_buffers(sock: socket.socket) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
 
 
+def _cut(*socks: socket.socket) -> None:
+    """Shut the sockets down for every holder of them (the forwarding process sees
+    end of file or EPIPE and lets go of its descriptors)."""
+    for sock in socks:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
 _HAS_SPLICE = hasattr(os, "splice")
 _F_SETPIPE_SZ = 1031
+_F_GETPIPE_SZ = 1032
 
 
 async def _wait_fd(fd: int, write: bool) -> None:
@@ -778,6 +815,10 @@ async def _splice_one_way(src: socket.socket, dst: socket.socket, size: int) -> 
     r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     with contextlib.suppress(OSError):
         fcntl.fcntl(w, _F_SETPIPE_SZ, size)
+    # What the pipe holds (past pipe-user-pages-soft it keeps its default size):
+    # believing it had more room, a full pipe woke on the readable source forever.
+    with contextlib.suppress(OSError):
+        size = max(1, min(size, fcntl.fcntl(w, _F_GETPIPE_SZ)))
     flags = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
     held, eof = 0, False
     try:
