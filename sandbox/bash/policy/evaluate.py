@@ -52,16 +52,9 @@ from sandbox.bash.policy.hardening import (
     ProgramSyntax,
 )
 from sandbox.bash.policy.specs import ProgramSpec, builtin_specs, check_spec, runs_programs
-from sandbox.bash.syntax.parse import (
-    ParsedScript,
-    SimpleCommand,
-    Word,
-    escape_controls,
-    may_be_several,
-    parse,
-    parse_prefix,
-    scan_word,
-)
+from sandbox.bash.syntax.model import ParsedScript, SimpleCommand, Word, escape_controls
+from sandbox.bash.syntax.parse import parse, parse_prefix
+from sandbox.bash.syntax.words import may_be_several, scan_word
 from sandbox.errors import ConfigurationError, PolicyFileError
 
 if sys.version_info >= (3, 11):

@@ -38,7 +38,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from sandbox.bash.syntax.parse import Word
+from sandbox.bash.syntax.model import Word
 from sandbox.errors import ConfigurationError
 
 __all__ = [

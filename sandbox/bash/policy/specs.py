@@ -38,7 +38,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from sandbox.bash.syntax.parse import Word, may_be_several
+from sandbox.bash.syntax.model import Word
+from sandbox.bash.syntax.words import may_be_several
 from sandbox.errors import ConfigurationError
 
 if sys.version_info >= (3, 11):
