@@ -227,7 +227,7 @@ def merged(base: Mapping[str, ProgramSpec], data: Mapping[str, Any], *,
 
 @cache
 def _analyzers() -> Mapping[str, Callable[[str], str | None]]:
-    from sandbox.bash.policy.hardening import awk_program_danger, sed_script_danger
+    from sandbox.bash.policy.analyzers import awk_program_danger, sed_script_danger
 
     return {"sed-script": sed_script_danger, "awk-program": awk_program_danger}
 

@@ -307,7 +307,7 @@ sed_pieces = st.sampled_from(
 @settings(max_examples=300, deadline=None)
 @given(script=st.lists(sed_pieces, min_size=1, max_size=8).map("".join))
 def test_sed_scripts_judged_safe_run_no_command_and_write_no_file(script: str) -> None:
-    from sandbox.bash.policy.hardening import sed_script_danger
+    from sandbox.bash.policy.analyzers import sed_script_danger
 
     if sed_script_danger(script) is not None:
         return
