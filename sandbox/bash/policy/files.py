@@ -15,10 +15,10 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from sandbox.bash.linux.confinement import CONFINEMENT_MODES, FILESYSTEM_MODES, NETWORK_MODES
-from sandbox.bash.policy.evaluate import _SIZE, _SIZE_UNITS
 from sandbox.bash.policy.hardening import DEFAULT_HARDENING, HardeningRule
 from sandbox.bash.policy.specs import builtin_specs
 from sandbox.bash.policy.specs import merged as merged_specs
+from sandbox.bash.policy.values import _SIZE, _SIZE_UNITS
 from sandbox.errors import ConfigurationError, PolicyFileError
 
 if TYPE_CHECKING:
