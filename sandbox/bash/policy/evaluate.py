@@ -489,10 +489,10 @@ class BashToolPolicy(_Deciding):
         ``path`` is a file's path; a bare name given as a string (no ``/``, not ending
         in ``.toml``) is a policy's name, as in `sandbox.policies.resolve`: a shipped policy or one of
         ``$SANDBOX_POLICY_PATH``, never a file of the current directory."""
-        from sandbox import policies
+        from sandbox.policies import is_name, resolve
 
-        named = isinstance(path, str) and policies.is_name(path)
-        file = policies.resolve(path) if named else Path(path)
+        named = isinstance(path, str) and is_name(path)
+        file = resolve(path) if named else Path(path)
         try:
             text = file.read_text(encoding="utf-8")
         except OSError as exc:
