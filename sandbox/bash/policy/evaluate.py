@@ -40,7 +40,10 @@ from sandbox.bash.linux.protected import DEFAULTS as DEFAULT_PROTECTED
 from sandbox.bash.linux.protected import resolve_patterns as resolve_protected
 from sandbox.bash.policy.decision import (
     _RULE_TITLES,
+    Decision,
+    Evaluation,
     PolicyDecision,
+    Rule,
     _Blocked,
     _q,
     _shown,
@@ -77,7 +80,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["DEFAULT_ENV", "WRAPPERS", "BashToolPolicy", "PolicyDecision"]
+__all__ = ["DEFAULT_ENV", "WRAPPERS", "BashToolPolicy", "Decision", "Evaluation", "PolicyDecision",
+           "Rule"]
 
 DEFAULT_ENV: Mapping[str, str] = MappingProxyType(
     {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
@@ -318,31 +322,129 @@ class BashToolPolicy(_Deciding):
 
     # -- deciding ------------------------------------------------------------------
 
-    def check(self, command: str) -> PolicyDecision:
-        """Decide whether ``command`` may run. Never raises; see the module docstring
-        for the order in which rules apply."""
+    def evaluate(self, command: str) -> Evaluation:
+        """Decide ``command`` once: allow, confirm or block, the rule, the matched
+        prefixes, the rule subjects and the reason (`Evaluation`). Never raises (an
+        internal error blocks, R6); see the module docstring for the order in which
+        rules apply. The policy is immutable, so its evaluations are kept (a small LRU,
+        per policy): a call asks for the decision (precheck), whether a human must
+        confirm, what the human sees and the subjects a remembered rule matches, and a
+        long command can take tens of ms to parse."""
         try:
-            return self._decide(command)[0]
+            return self._evaluate(command)
         except Exception as exc:  # fail closed on a bug, never crash the agent
-            return PolicyDecision(
-                allowed=False,
-                rule="R6",
-                reason=f"blocked by R6 (cannot be parsed safely): internal error "
-                f"{type(exc).__name__}: {_shown(str(exc))}",
+            reason = (f"blocked by R6 (cannot be parsed safely): internal error "
+                      f"{type(exc).__name__}: {_shown(str(exc))}")
+            return Evaluation(
+                Decision.BLOCK, Rule.R6, reason, (), (), (), None, None,
+                PolicyDecision(allowed=False, rule="R6", reason=reason),
             )
+
+    def check(self, command: str) -> PolicyDecision:
+        """Decide whether ``command`` may run: `evaluate`'s decision in the shape
+        `PolicyDecision` has always had. Never raises."""
+        return self.evaluate(command).policy_decision
 
     def needs_confirmation(self, command: str) -> bool:
         """False only when ``check`` allows ``command`` and every simple command in
         it matches ``no_confirmation_prefixes`` the way ``check`` matches the
         allowlist, with no function definitions and no redirection that writes a
-        file (``ls > notes`` writes; ``ls 2>/dev/null`` does not)."""
-        try:
-            decision, script = self._decide(command)
-        except Exception:
-            return True
+        file (``ls > notes`` writes; ``ls 2>/dev/null`` does not). A view of
+        `evaluate`."""
+        return self.evaluate(command).needs_confirmation
+
+    def rule_subjects(self, command: str) -> tuple[tuple[str, ...], ...]:
+        """The simple commands a remembered rule must cover for ``command`` to be
+        approved by rules, or ``()`` when no rule may approve it: a blocked command, a
+        function definition, a heredoc, or a redirection other than a descriptor
+        duplication or ``/dev/null``. A rule covers argv words; a redirection is not a
+        word, so ``echo hi > setup.py`` or ``cat < secret`` would otherwise pass as the
+        ``echo hi`` or ``cat`` a human approved. A view of `evaluate`."""
+        return self.evaluate(command).subjects
+
+    def _evaluate(self, command: object) -> Evaluation:
+        """`evaluate` through the policy's LRU (string commands only); may raise."""
+        if isinstance(command, str):
+            memo: OrderedDict[str, Evaluation]
+            memo, lock = self.__dict__["_memo"], self.__dict__["_memo_lock"]
+            with lock:
+                found = memo.get(command)
+                if found is not None:
+                    memo.move_to_end(command)
+                    return found
+            result = self._evaluate_uncached(command)
+            with lock:
+                memo[command] = result
+                if len(memo) > _MEMO_SIZE:
+                    memo.popitem(last=False)
+            return result
+        return self._evaluate_uncached(command)
+
+    def _decide(self, command: object) -> tuple[PolicyDecision, ParsedScript | None]:
+        """`check`'s decision and the parse it was made on (for bench/ and tests)."""
+        evaluation = self._evaluate(command)
+        return evaluation.policy_decision, evaluation.script
+
+    def _decide_uncached(self, command: object) -> tuple[PolicyDecision, ParsedScript | None]:
+        """`_decide` past the LRU (bench/bash.py times this)."""
+        evaluation = self._evaluate_uncached(command)
+        return evaluation.policy_decision, evaluation.script
+
+    def _evaluate_uncached(self, command: object) -> Evaluation:
+        if not isinstance(command, str):
+            reason = (f"blocked by R6 (cannot be parsed safely): the command must be a "
+                      f"string, not {type(command).__name__}")
+            return Evaluation(
+                Decision.BLOCK, Rule.R6, reason, (), (), (), None, None,
+                PolicyDecision(allowed=False, rule="R6", reason=reason),
+            )
+        script = parse(
+            command,
+            max_bytes=self.max_command_bytes,
+            max_depth=self.max_parse_depth,
+            max_seconds=self.max_parse_seconds,
+        )
+        commands = tuple(c.argv for c in script.commands)
+        matched: list[str] = []
+        blocked = self._first_violation(script, matched)
+        if blocked is not None:
+            reason = (
+                f"blocked by {blocked.rule} ({_RULE_TITLES[blocked.rule]}): {blocked.detail}"
+                if blocked.rule
+                else f"blocked: {blocked.detail}"
+            )
+            shown_command = None if blocked.command is None else _shown(blocked.command, 400)
+            shown_token = None if blocked.token is None else _shown(blocked.token, 200)
+            return Evaluation(
+                Decision.BLOCK, Rule(blocked.rule) if blocked.rule else Rule.EMPTY, reason,
+                (), (), commands, shown_command, shown_token,
+                PolicyDecision(allowed=False, reason=reason, rule=blocked.rule,
+                               command=shown_command, token=shown_token, commands=commands),
+                script,
+            )  # fmt: skip
+        allowed: _Prefixes = self.__dict__["_allowed"]
+        if allowed.wildcard:
+            prefixes: tuple[str, ...] = ("*",)
+            reason = "allowed: '*' allows any command; no operator, parse, hardening or control-character rule applies"
+        else:
+            prefixes = tuple(dict.fromkeys(matched))
+            used = ", ".join(_q(m, 60) for m in prefixes)
+            reason = (
+                f"allowed: every simple command matches an allowed prefix ({used})"
+                if used
+                else "allowed: nothing in it runs a program"
+            )
+        return Evaluation(
+            Decision.CONFIRM if self._confirmation_needed(script) else Decision.ALLOW,
+            None, reason, prefixes, _rule_subjects(script, commands), commands, None, None,
+            PolicyDecision(allowed=True, reason=reason, rule=None, command=None, token=None,
+                           commands=commands),
+            script,
+        )  # fmt: skip
+
+    def _confirmation_needed(self, script: ParsedScript) -> bool:
+        """Whether a human must confirm an allowed ``script`` (see `needs_confirmation`)."""
         no_confirm: _Prefixes = self.__dict__["_no_confirm"]
-        if not decision.allowed or script is None:
-            return True
         if no_confirm.wildcard:
             return False
         if not no_confirm.entries or not script.commands or script.functions:
@@ -366,101 +468,7 @@ class BashToolPolicy(_Deciding):
                 return True
         return any(isinstance(self._allowlist(c, no_confirm), _Blocked) for c in script.commands)
 
-    def rule_subjects(self, command: str) -> tuple[tuple[str, ...], ...]:
-        """The simple commands a remembered rule must cover for ``command`` to be
-        approved by rules, or ``()`` when no rule may approve it: a blocked command, a
-        function definition, a heredoc, or a redirection other than a descriptor
-        duplication or ``/dev/null``. A rule covers argv words; a redirection is not a
-        word, so ``echo hi > setup.py`` or ``cat < secret`` would otherwise pass as the
-        ``echo hi`` or ``cat`` a human approved."""
-        try:
-            decision, script = self._decide(command)
-        except Exception:
-            return ()
-        if not decision.allowed or script is None or script.functions:
-            return ()
-        if any(op.kind == "heredoc" for op in script.operators):
-            return ()
-        for redirect in script.redirects:
-            target = redirect.target
-            value = None if target is None else target.value
-            if redirect.operator in (">&", "<&") and value is not None and (
-                    value.isdigit() or value == "-"):
-                continue  # 2>&1, >&2: a descriptor, not a file
-            if redirect.operator in ("<&-", ">&-"):
-                continue
-            if value == "/dev/null" and redirect.operator != "<<<":
-                continue
-            return ()
-        return decision.commands
-
-    def _decide(self, command: object) -> tuple[PolicyDecision, ParsedScript | None]:
-        """The decision and parse of ``command``, each command parsed once: a call
-        asks for the decision (precheck), the subjects a remembered rule matches and
-        whether a human must confirm, and a long command can take tens of ms to parse.
-        The policy is immutable, so its decisions are kept (a small LRU, per policy)."""
-        if isinstance(command, str):
-            memo: OrderedDict[str, tuple[PolicyDecision, ParsedScript | None]]
-            memo, lock = self.__dict__["_memo"], self.__dict__["_memo_lock"]
-            with lock:
-                found = memo.get(command)
-                if found is not None:
-                    memo.move_to_end(command)
-                    return found
-            result = self._decide_uncached(command)
-            with lock:
-                memo[command] = result
-                if len(memo) > _MEMO_SIZE:
-                    memo.popitem(last=False)
-            return result
-        return self._decide_uncached(command)
-
-    def _decide_uncached(self, command: object) -> tuple[PolicyDecision, ParsedScript | None]:
-        if not isinstance(command, str):
-            return PolicyDecision(
-                allowed=False,
-                rule="R6",
-                reason=f"blocked by R6 (cannot be parsed safely): the command must be a "
-                f"string, not {type(command).__name__}",
-            ), None
-        script = parse(
-            command,
-            max_bytes=self.max_command_bytes,
-            max_depth=self.max_parse_depth,
-            max_seconds=self.max_parse_seconds,
-        )
-        commands = tuple(c.argv for c in script.commands)
-        matched: list[str] = []
-        blocked = self._first_violation(script, matched)
-        if blocked is not None:
-            reason = (
-                f"blocked by {blocked.rule} ({_RULE_TITLES[blocked.rule]}): {blocked.detail}"
-                if blocked.rule
-                else f"blocked: {blocked.detail}"
-            )
-            return PolicyDecision(
-                allowed=False,
-                reason=reason,
-                rule=blocked.rule,
-                command=None if blocked.command is None else _shown(blocked.command, 400),
-                token=None if blocked.token is None else _shown(blocked.token, 200),
-                commands=commands,
-            ), script
-        allowed: _Prefixes = self.__dict__["_allowed"]
-        if allowed.wildcard:
-            reason = "allowed: '*' allows any command; no operator, parse, hardening or control-character rule applies"
-        else:
-            used = ", ".join(_q(m, 60) for m in dict.fromkeys(matched))
-            reason = (
-                f"allowed: every simple command matches an allowed prefix ({used})"
-                if used
-                else "allowed: nothing in it runs a program"
-            )
-        return PolicyDecision(
-            allowed=True, reason=reason, rule=None, command=None, token=None, commands=commands
-        ), script
-
-
+    # -- loading -------------------------------------------------------------------
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, source: str = "<mapping>") -> BashToolPolicy:
@@ -508,3 +516,25 @@ def _rebuild_policy(cls: type[BashToolPolicy], values: dict[str, Any]) -> BashTo
     return cls(**values)
 
 
+
+
+def _rule_subjects(
+    script: ParsedScript, commands: tuple[tuple[str, ...], ...]
+) -> tuple[tuple[str, ...], ...]:
+    """The subjects of an allowed ``script`` (see `BashToolPolicy.rule_subjects`)."""
+    if script.functions:
+        return ()
+    if any(op.kind == "heredoc" for op in script.operators):
+        return ()
+    for redirect in script.redirects:
+        target = redirect.target
+        value = None if target is None else target.value
+        if redirect.operator in (">&", "<&") and value is not None and (
+                value.isdigit() or value == "-"):
+            continue  # 2>&1, >&2: a descriptor, not a file
+        if redirect.operator in ("<&-", ">&-"):
+            continue
+        if value == "/dev/null" and redirect.operator != "<<<":
+            continue
+        return ()
+    return commands
