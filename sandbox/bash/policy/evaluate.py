@@ -45,6 +45,7 @@ from sandbox.bash.policy.decision import (
     PolicyDecision,
     Rule,
     _Blocked,
+    _evaluation,
     _q,
     _shown,
 )
@@ -335,7 +336,7 @@ class BashToolPolicy(_Deciding):
         except Exception as exc:  # fail closed on a bug, never crash the agent
             reason = (f"blocked by R6 (cannot be parsed safely): internal error "
                       f"{type(exc).__name__}: {_shown(str(exc))}")
-            return Evaluation(
+            return _evaluation(
                 Decision.BLOCK, Rule.R6, reason, (), (), (), None, None,
                 PolicyDecision(allowed=False, rule="R6", reason=reason),
             )
@@ -394,7 +395,7 @@ class BashToolPolicy(_Deciding):
         if not isinstance(command, str):
             reason = (f"blocked by R6 (cannot be parsed safely): the command must be a "
                       f"string, not {type(command).__name__}")
-            return Evaluation(
+            return _evaluation(
                 Decision.BLOCK, Rule.R6, reason, (), (), (), None, None,
                 PolicyDecision(allowed=False, rule="R6", reason=reason),
             )
@@ -404,7 +405,7 @@ class BashToolPolicy(_Deciding):
             max_depth=self.max_parse_depth,
             max_seconds=self.max_parse_seconds,
         )
-        commands = tuple(c.argv for c in script.commands)
+        commands = tuple([c.argv for c in script.commands])
         matched: list[str] = []
         blocked = self._first_violation(script, matched)
         if blocked is not None:
@@ -415,7 +416,7 @@ class BashToolPolicy(_Deciding):
             )
             shown_command = None if blocked.command is None else _shown(blocked.command, 400)
             shown_token = None if blocked.token is None else _shown(blocked.token, 200)
-            return Evaluation(
+            return _evaluation(
                 Decision.BLOCK, Rule(blocked.rule) if blocked.rule else Rule.EMPTY, reason,
                 (), (), commands, shown_command, shown_token,
                 PolicyDecision(allowed=False, reason=reason, rule=blocked.rule,
@@ -427,14 +428,14 @@ class BashToolPolicy(_Deciding):
             prefixes: tuple[str, ...] = ("*",)
             reason = "allowed: '*' allows any command; no operator, parse, hardening or control-character rule applies"
         else:
-            prefixes = tuple(dict.fromkeys(matched))
+            prefixes = tuple(matched) if len(matched) < 2 else tuple(dict.fromkeys(matched))
             used = ", ".join(_q(m, 60) for m in prefixes)
             reason = (
                 f"allowed: every simple command matches an allowed prefix ({used})"
                 if used
                 else "allowed: nothing in it runs a program"
             )
-        return Evaluation(
+        return _evaluation(
             Decision.CONFIRM if self._confirmation_needed(script) else Decision.ALLOW,
             None, reason, prefixes, _rule_subjects(script, commands), commands, None, None,
             PolicyDecision(allowed=True, reason=reason, rule=None, command=None, token=None,
@@ -522,6 +523,8 @@ def _rule_subjects(
     script: ParsedScript, commands: tuple[tuple[str, ...], ...]
 ) -> tuple[tuple[str, ...], ...]:
     """The subjects of an allowed ``script`` (see `BashToolPolicy.rule_subjects`)."""
+    if not (script.functions or script.operators or script.redirects):
+        return commands
     if script.functions:
         return ()
     if any(op.kind == "heredoc" for op in script.operators):

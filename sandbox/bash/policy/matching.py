@@ -27,6 +27,9 @@ class _Prefixes:
     wildcard: bool
     by_first: Mapping[str, tuple[tuple[str, ...], ...]]
     entries: tuple[tuple[str, ...], ...]
+    # Entries that pin an option after the program ("git remote -v"): a mode the
+    # shipped specs keep (see `_Deciding._first_violation`).
+    pins_option: frozenset[tuple[str, ...]] = frozenset()
 
     @classmethod
     def build(cls, name: str, entries: Sequence[str]) -> _Prefixes:
@@ -50,15 +53,15 @@ class _Prefixes:
             wildcard,
             MappingProxyType({k: tuple(v) for k, v in index.items()}),
             tuple(parsed),
+            frozenset(p for p in parsed if any(w.startswith("-") for w in p[1:])),
         )
 
     def match(self, words: Sequence[str | None]) -> tuple[str, ...] | None:
         if not words or words[0] is None:
             return None
         for prefix in self.by_first.get(words[0], ()):
-            if len(prefix) <= len(words) and all(
-                words[i] == prefix[i] for i in range(1, len(prefix))
-            ):
+            if len(prefix) == 1 or (
+                    len(prefix) <= len(words) and tuple(words[: len(prefix)]) == prefix):
                 return prefix
         return None
 

@@ -123,7 +123,7 @@ class _Deciding:
                     # A prefix that pins an option ("git remote -v", "git branch
                     # --list") states a mode; without specs of the policy's own,
                     # the shipped ones keep it (no further subcommand, no negation).
-                    if not use and any(w.startswith("-") for w in result[1:]):
+                    if not use and result in allowed.pins_option:
                         path = " ".join(itertools.takewhile(lambda w: not w.startswith("-"), result))
                         if path in builtin_specs():
                             use = builtin_specs()
