@@ -1,8 +1,11 @@
 """`BashToolPolicy`: what an agent may run, decided on the bash parse tree.
 
-``policy.check(command)`` parses the command with tree-sitter-bash
-(`sandbox.bash.syntax.parse`) and applies the rules of POLICY.md in this order, so the
-first reason given is the most useful one:
+``policy.evaluate(command)`` parses the command with tree-sitter-bash
+(`sandbox.bash.syntax.parse`), applies the rules of POLICY.md (`sandbox.bash.policy.rules`)
+and returns one `Evaluation` (allow / confirm / block, the rule, the matched prefixes, the
+rule subjects, the reason), kept in the policy's LRU; ``check``, ``needs_confirmation`` and
+``rule_subjects`` are views of it. The rules apply in this order, so the first reason
+given is the most useful one:
 
 - R8 control characters outside quotes, R6 anything that cannot be parsed
   safely (syntax errors, NUL, too long, too deep, constructs tree-sitter reads
