@@ -8,7 +8,6 @@ never approve) a command that would not be allowed to run.
 
 from __future__ import annotations
 
-import functools
 import os
 import pathlib
 from collections.abc import Callable
@@ -98,8 +97,7 @@ class ExecuteBashTool(BaseTool):
         self._identity: tuple[int, int] = (os.geteuid(), os.getegid())
         self._drop = self._decide_privileges(policy.drop_privileges)
         # One call asks the policy up to four times (refusal, confirmation, what the human
-        # sees, rule matching); the decision depends only on the command text.
-        self._decide = functools.lru_cache(maxsize=256)(policy.check)
+        # sees, rule matching): each is a view of policy.evaluate, kept in the policy's LRU.
         self._confinement = ConfinementRequest(
             filesystem=policy.filesystem,
             # the git guard (gitguard.py) is first on every command's PATH
@@ -164,7 +162,7 @@ class ExecuteBashTool(BaseTool):
         return args
 
     async def _check(self, command: str) -> PolicyDecision:
-        return await _off_the_loop_if_slow(self._decide, command)
+        return (await _off_the_loop_if_slow(self.policy.evaluate, command)).policy_decision
 
     async def precheck(self, args: dict[str, Any]) -> dict[str, Any] | None:
         decision = await self._check(args["command"])
@@ -176,13 +174,13 @@ class ExecuteBashTool(BaseTool):
 
     async def confirmation_needed(self, args: dict[str, Any]) -> str | None:
         command = args["command"]
-        needed = await _off_the_loop_if_slow(self.policy.needs_confirmation, command)
-        if not needed:
+        evaluation = await _off_the_loop_if_slow(self.policy.evaluate, command)
+        if not evaluation.needs_confirmation:
             return None
         return f"Please approve or reject the bash command: {escape_controls(command)}"
 
     def describe(self, args: dict[str, Any]) -> dict[str, Any]:
-        decision = self._decide(args["command"])
+        decision = self.policy.evaluate(args["command"]).policy_decision
         return {
             "policy": {"allowed": decision.allowed, "reason": decision.reason,
                        "rule": decision.rule},
@@ -196,10 +194,7 @@ class ExecuteBashTool(BaseTool):
         return command if isinstance(command, str) else None
 
     def rule_subjects(self, args: dict[str, Any]) -> tuple[tuple[str, ...], ...] | None:
-        command = args.get("command", "")
-        if not self._decide(command).allowed:
-            return ()
-        return self.policy.rule_subjects(command)
+        return self.policy.evaluate(args.get("command", "")).subjects
 
     # -- running ---------------------------------------------------------------------
 

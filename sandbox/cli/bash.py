@@ -136,13 +136,14 @@ def _check(args: argparse.Namespace) -> int:
     except (PolicyFileError, ConfigurationError, OSError) as exc:
         print(f"sandbox check: {exc}", file=sys.stderr)
         return 2
-    decision = policy.check(command)
+    evaluation = policy.evaluate(command)
+    decision = evaluation.policy_decision
     if args.json:
         print(json.dumps({
             "command": command, "allowed": decision.allowed, "rule": decision.rule,
             "simple_command": decision.command, "token": decision.token,
             "reason": decision.reason, "commands": [list(c) for c in decision.commands],
-            "needs_confirmation": policy.needs_confirmation(command) if decision.allowed
+            "needs_confirmation": evaluation.needs_confirmation if decision.allowed
             else None,
         }))
     else:
@@ -152,7 +153,7 @@ def _check(args: argparse.Namespace) -> int:
                 print(f"  simple command: {decision.command}")
             if decision.token:
                 print(f"  token:          {decision.token}")
-        elif policy.needs_confirmation(command):
+        elif evaluation.needs_confirmation:
             print("  needs a human's confirmation before it runs")
     return 0 if decision.allowed else 1
 
@@ -171,9 +172,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"sandbox run: {exc}", file=sys.stderr)
         return 2
     from sandbox.approval import ToolRunner
+    from sandbox.bash.policy.decision import Decision
 
-    if args.approve == "console" and policy.check(command).allowed and \
-            policy.needs_confirmation(command) and not _has_terminal():
+    if args.approve == "console" and \
+            policy.evaluate(command).decision is Decision.CONFIRM and not _has_terminal():
         if args.json:
             print(json.dumps({"status": "error", "error": NO_TERMINAL}))
         else:

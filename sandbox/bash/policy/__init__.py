@@ -1,13 +1,16 @@
-"""Deciding: a command's evaluation under a `BashToolPolicy` (`evaluate`), the hardening
-rules and the sed/awk analyzers (`hardening`), per-program option specs (`specs`) and
-policy files (`files`). Reads bash through `sandbox.bash.syntax`; knows nothing of
-processes."""
+"""Deciding: a command's evaluation under a `BashToolPolicy` (`evaluate`: the policy's
+fields and views; `rules`: the rules applied to one parse; `matching`: prefixes and the
+hardening table matched; `decision`: `Evaluation` and `PolicyDecision`; `values`: field
+checks; `files`: policy files), the hardening rules (`hardening`) and the sed/awk
+analyzers (`analyzers`), per-program option specs (`specs`). Reads bash through
+`sandbox.bash.syntax`; knows nothing of processes."""
 
 from typing import TYPE_CHECKING
 
 from sandbox._lazy import exports
 
 if TYPE_CHECKING:
+    from sandbox.bash.policy.decision import Decision, Evaluation, Rule
     from sandbox.bash.policy.evaluate import BashToolPolicy, PolicyDecision
 
 __getattr__, __dir__ = exports(
@@ -17,7 +20,12 @@ __getattr__, __dir__ = exports(
             "BashToolPolicy",
             "PolicyDecision",
         ),
+        "sandbox.bash.policy.decision": (
+            "Decision",
+            "Evaluation",
+            "Rule",
+        ),
     },
 )
 
-__all__ = ["BashToolPolicy", "PolicyDecision"]
+__all__ = ["BashToolPolicy", "Decision", "Evaluation", "PolicyDecision", "Rule"]

@@ -12,17 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sandbox.bash.config import CONFINEMENT_MODES, FILESYSTEM_MODES, NETWORK_MODES
-from sandbox.bash.policy.evaluate import _SIZE, _SIZE_UNITS
 from sandbox.bash.policy.hardening import DEFAULT_HARDENING, HardeningRule
 from sandbox.bash.policy.specs import builtin_specs
 from sandbox.bash.policy.specs import merged as merged_specs
+from sandbox.bash.policy.values import _SIZE, _SIZE_UNITS
 from sandbox.errors import ConfigurationError, PolicyFileError
 
 if TYPE_CHECKING:
-    from sandbox.bash.policy.evaluate import BashToolPolicy
+    from _typeshed import DataclassInstance
+
+# The policy class is handed in (`BashToolPolicy.from_mapping` passes itself): this
+# module does not import the policy module, which imports this one to load files.
+_Policy = TypeVar("_Policy", bound="DataclassInstance")
 
 __all__ = ["from_mapping"]
 
@@ -56,9 +60,8 @@ def _size(source: str, key: str, value: object, *, optional: bool) -> int | None
     )
 
 
-def from_mapping(
-    cls: type[BashToolPolicy], data: Mapping[str, Any], source: str
-) -> BashToolPolicy:
+def from_mapping(cls: type[_Policy], data: Mapping[str, Any], source: str) -> _Policy:
+    """An instance of ``cls`` (`BashToolPolicy`) from ``data``, shaped like a policy file."""
     if not isinstance(data, Mapping):
         raise PolicyFileError(
             f"{source}: a policy must be a table of fields, not {type(data).__name__}"

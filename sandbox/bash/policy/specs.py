@@ -38,7 +38,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from sandbox.bash.syntax.parse import Word, may_be_several
+from sandbox.bash.syntax.model import Word
+from sandbox.bash.syntax.words import may_be_several
 from sandbox.errors import ConfigurationError
 
 if sys.version_info >= (3, 11):
@@ -226,7 +227,7 @@ def merged(base: Mapping[str, ProgramSpec], data: Mapping[str, Any], *,
 
 @cache
 def _analyzers() -> Mapping[str, Callable[[str], str | None]]:
-    from sandbox.bash.policy.hardening import awk_program_danger, sed_script_danger
+    from sandbox.bash.policy.analyzers import awk_program_danger, sed_script_danger
 
     return {"sed-script": sed_script_danger, "awk-program": awk_program_danger}
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.bash.policy.hardening import awk_program_danger, sed_script_danger
+from sandbox.bash.policy.analyzers import awk_program_danger, sed_script_danger
 
 CASES = int(os.environ.get("SANDBOX_FUZZ_CASES", "1500"))
 INPUT = "touch MARK\nx [y] a/b\n"

@@ -225,26 +225,40 @@ def workdir() -> Iterator[Path]:
         yield root
 
 
+# Of the 250 generated commands, 76-95 reached bash in five runs (30-38%): a floor well
+# under that, so that a generator or a policy that lets (almost) nothing through, which
+# would pass every example by returning early, fails instead.
+EXAMPLES = 250
+MIN_REACHED_BASH = 40
+
+
 @pytest.mark.skipif(STRACE is None, reason="strace is not installed (apt-get install strace)")
-@settings(
-    max_examples=250,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-@given(command=commands)
-def test_allowed_commands_execute_only_allowed_programs(command: str, workdir: Path) -> None:
-    decision = POLICY.check(command)
-    if not decision.allowed:
-        return
-    for entry in (workdir / "cwd").iterdir():  # a previous command may have made files
-        if entry.is_dir():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
-    ran = executed_programs(command, workdir)
-    names = {os.path.basename(path) for path in ran}
-    assert names <= set(ALLOWED), (
-        f"check allowed {command!r} but bash executed {sorted(names - set(ALLOWED))}"
+def test_allowed_commands_execute_only_allowed_programs(workdir: Path) -> None:
+    reached_bash: list[str] = []
+
+    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(command=commands)
+    def allowed_runs_only_allowed_programs(command: str) -> None:
+        decision = POLICY.check(command)
+        if not decision.allowed:
+            return
+        reached_bash.append(command)
+        for entry in (workdir / "cwd").iterdir():  # a previous command may have made files
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        ran = executed_programs(command, workdir)
+        names = {os.path.basename(path) for path in ran}
+        assert names <= set(ALLOWED), (
+            f"check allowed {command!r} but bash executed {sorted(names - set(ALLOWED))}"
+        )
+
+    allowed_runs_only_allowed_programs()
+    assert len(set(reached_bash)) >= MIN_REACHED_BASH, (
+        f"only {len(set(reached_bash))} of {EXAMPLES} generated commands were allowed and "
+        f"run by bash (at least {MIN_REACHED_BASH} expected): the property checked almost "
+        "nothing; the generator or the policy lets too little through"
     )
 
 
@@ -303,21 +317,36 @@ sed_pieces = st.sampled_from(
 )  # fmt: skip
 
 
-@pytest.mark.skipif(SED is None, reason="sed is not installed")
-@settings(max_examples=300, deadline=None)
-@given(script=st.lists(sed_pieces, min_size=1, max_size=8).map("".join))
-def test_sed_scripts_judged_safe_run_no_command_and_write_no_file(script: str) -> None:
-    from sandbox.bash.policy.hardening import sed_script_danger
+# 68-100 of the 300 generated scripts were judged safe (and so run) in five runs.
+SED_EXAMPLES = 300
+MIN_SED_RUN = 30
 
-    if sed_script_danger(script) is not None:
-        return
-    assert SED is not None
-    # --sandbox makes GNU sed refuse e, r and w; the pieces above hold no r.
-    result = subprocess.run(
-        [SED, "--sandbox", "-n", "-e", script],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=5,
-        check=False,
+
+@pytest.mark.skipif(SED is None, reason="sed is not installed")
+def test_sed_scripts_judged_safe_run_no_command_and_write_no_file() -> None:
+    from sandbox.bash.policy.analyzers import sed_script_danger
+
+    run: list[str] = []
+
+    @settings(max_examples=SED_EXAMPLES, deadline=None)
+    @given(script=st.lists(sed_pieces, min_size=1, max_size=8).map("".join))
+    def safe_scripts_run_nothing(script: str) -> None:
+        if sed_script_danger(script) is not None:
+            return
+        run.append(script)
+        assert SED is not None
+        # --sandbox makes GNU sed refuse e, r and w; the pieces above hold no r.
+        result = subprocess.run(
+            [SED, "--sandbox", "-n", "-e", script],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=5,
+            check=False,
+        )
+        assert b"disabled in sandbox mode" not in result.stderr, (script, result.stderr)
+
+    safe_scripts_run_nothing()
+    assert len(set(run)) >= MIN_SED_RUN, (
+        f"only {len(set(run))} of {SED_EXAMPLES} generated sed scripts were judged safe and "
+        f"run (at least {MIN_SED_RUN} expected): the property checked almost nothing"
     )
-    assert b"disabled in sandbox mode" not in result.stderr, (script, result.stderr)

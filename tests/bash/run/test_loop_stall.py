@@ -18,7 +18,9 @@ import pytest
 
 from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
 from sandbox.bash.run import process as process_module
+from sandbox.bash.syntax import guard
 from sandbox.bash.syntax import parse as parse_module
+from sandbox.bash.syntax import script as script_module
 from sandbox.bash.syntax.parse import ParseOffLoop, loop_budget
 
 pytestmark = pytest.mark.timeout(120)
@@ -92,14 +94,14 @@ async def test_the_bash_tool_decides_a_slow_command_off_the_event_loop(
 ) -> None:
     loop_thread = threading.get_ident()
     finished_in: list[int] = []
-    bounded = parse_module._parse_bounded
+    bounded = script_module._parse_bounded
 
     def recording(data: bytes, seconds: float) -> Any:
         root = bounded(data, seconds)
         finished_in.append(threading.get_ident())
         return root
 
-    monkeypatch.setattr(parse_module, "_parse_bounded", recording)
+    monkeypatch.setattr(script_module, "_parse_bounded", recording)
     tool = ExecuteBashTool(workspace=tmp_path, policy=BashToolPolicy(max_parse_seconds=5.0))
     lag, result = await _max_lag_during(
         lambda: tool.run_async(args={"command": BOMB}, tool_context=ctx()))
@@ -220,7 +222,7 @@ def test_the_workers_parse_comes_back_in_pieces_and_whole() -> None:
         data = source.encode()
         assert parse_module._needs_guard(data)
         here = parse_module._parse_tree(source, data, 100, check_agreement)
-        assert parse_module._unpickled(parse_module._pickled(here)) == here
+        assert guard._unpickled(guard._pickled(here)) == here
         assert parse_module.parse(source) == here
 
 
@@ -234,5 +236,5 @@ def test_the_workers_reply_cannot_build_anything_but_the_parse_model() -> None:
 
     for reply in (pickle.dumps([("v", pickle.dumps(Evil()))]), pickle.dumps(Evil())):
         with pytest.raises(pickle.UnpicklingError):
-            parse_module._unpickled(reply)
+            guard._unpickled(reply)
     assert not os.path.exists("/tmp/holes-stall-pwned")

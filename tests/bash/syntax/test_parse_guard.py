@@ -41,14 +41,16 @@ def test_a_parser_crash_in_the_guard_child_refuses_the_command_without_parsing_h
 ) -> None:
     # tree-sitter-bash once crashed a whole test process on a large crafted command: the
     # guard child takes that risk, and a crash there must never lead to parsing here.
+    from sandbox.bash.syntax import grammar, guard
     from sandbox.bash.syntax import parse as parse_module
 
-    monkeypatch.setattr(parse_module, "_GUARD_CODE",
+    monkeypatch.setattr(guard, "_GUARD_CODE",
                         "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
 
     def no_parsing_here() -> None:
         raise AssertionError("parsed in the agent's process after the child crashed")
 
+    monkeypatch.setattr(grammar, "_parser", no_parsing_here)
     monkeypatch.setattr(parse_module, "_parser", no_parsing_here)
     command = "echo " + "a " * 4000
     decision = BashToolPolicy().check(command)
@@ -58,9 +60,10 @@ def test_a_parser_crash_in_the_guard_child_refuses_the_command_without_parsing_h
 def test_a_short_but_deeply_nested_command_is_also_parsed_in_the_guard_child(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from sandbox.bash.syntax import guard
     from sandbox.bash.syntax import parse as parse_module
 
-    monkeypatch.setattr(parse_module, "_GUARD_CODE",
+    monkeypatch.setattr(guard, "_GUARD_CODE",
                         "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
     command = "echo " + "$(" * 400 + "ls" + ")" * 400
     assert len(command.encode()) < parse_module.GUARDED_PARSE_ABOVE

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from sandbox.bash import BashToolPolicy
+from sandbox.bash.syntax import guard
 from sandbox.bash.syntax import parse as parse_module
 from sandbox.bash.syntax.agreement import check_agreement
 from sandbox.bash.syntax.parse import parse
@@ -100,15 +101,15 @@ def test_every_reply_belongs_to_its_own_command() -> None:
 
 def test_the_worker_is_started_once_and_reused() -> None:
     parse("echo " + "a " * 3000)
-    first = parse_module._worker
+    first = guard._worker
     assert first is not None
     parse("echo " + "b " * 3000)
-    assert parse_module._worker is first and first.process.poll() is None
+    assert guard._worker is first and first.process.poll() is None
 
 
 def test_a_worker_that_overruns_is_killed_and_the_next_command_gets_a_new_one() -> None:
     parse("echo " + "a " * 3000)
-    before = parse_module._worker
+    before = guard._worker
     assert before is not None
     started = time.perf_counter()
     slow = parse("a | " * 12000, max_seconds=0.2)
@@ -118,17 +119,17 @@ def test_a_worker_that_overruns_is_killed_and_the_next_command_gets_a_new_one() 
     assert elapsed < 1.0
     assert before.process.returncode is not None  # killed and reaped
     assert parse("echo " + "a " * 3000).findings == ()
-    assert parse_module._worker is not None and parse_module._worker is not before
+    assert guard._worker is not None and guard._worker is not before
 
 
 def test_a_worker_that_dies_between_commands_is_replaced() -> None:
     parse("echo " + "a " * 3000)
-    worker = parse_module._worker
+    worker = guard._worker
     assert worker is not None
     worker.process.kill()
     worker.process.wait()
     assert parse("echo " + "c " * 3000).findings == ()
-    assert parse_module._worker is not None and parse_module._worker is not worker
+    assert guard._worker is not None and guard._worker is not worker
 
 
 def test_a_long_command_is_decided_the_same_through_the_policy() -> None:
@@ -156,15 +157,15 @@ def test_a_reply_nobody_read_is_read_or_its_worker_replaced() -> None:
     # on 1,000 nested ${x:- (seconds) is never run, and the worker is kept.
     deep = "(" * 1000 + "a" + ")" * 1000
     assert "nesting deeper" in parse(deep).findings[0].message
-    kept = parse_module._worker
+    kept = guard._worker
     assert parse("echo " + "a " * 3000).findings == ()
-    assert parse_module._worker is kept
+    assert guard._worker is kept
     slow_r9 = "${x:-" * 1000 + "}" * 1000
     started = time.perf_counter()
     assert "nesting deeper" in parse(slow_r9).findings[0].message
     assert parse("echo " + "b " * 3000).findings == ()
     assert time.perf_counter() - started < 1.0
-    assert parse_module._worker is kept
+    assert guard._worker is kept
     # A caller that failed between the parse and its script left a reply unread: the
     # next command reads it (or replaces the worker), never takes it for its own.
     assert kept is not None and kept.parse(("echo " + "c " * 3000).encode(), 100, 5.0) == "parsed"
