@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import functools
 import ipaddress
 import os
@@ -44,6 +43,14 @@ from typing import Any
 
 from sandbox.bash.network.allowlist import Allowlist, DomainRule, normalize_host, special_address
 from sandbox.bash.network.forwarder import Forwarder
+from sandbox.bash.network.protocol import (
+    _REASONS,
+    _authority,
+    _destination,
+    _forwarded_headers,
+    _Refused,
+)
+from sandbox.bash.network.relay import _HAS_SPLICE, _bound_buffers, _cut, _splice_one_way
 
 __all__ = [
     "HTTP_PORT",
@@ -136,16 +143,6 @@ def _this_machine(address: str) -> str | None:
             except OSError:
                 return None
     return "an address of this machine"
-
-
-class _Refused(Exception):
-    """A connection the proxy will not make; ``status`` is the HTTP status to send."""
-
-    def __init__(self, reason: str, status: int = 403, socks: int = 0x02) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-        self.socks = socks
 
 
 @dataclass
@@ -762,112 +759,6 @@ class EgressProxy:
                 dst.shutdown(socket.SHUT_WR)
 
 
-# The kernel buffers of the proxy's own sockets (the accepted one and the upstream one).
-# Left to autotuning, a receive buffer grows to tcp_rmem's maximum (32 MiB here) while
-# the client reads fast, and keeps what arrives once it stops: a command with 64
-# connections that read a little and then stalled parked 1.8 GB in the agent's socket
-# buffers (charged to the agent, not to the command's memory limit). Fixed sizes bound
-# that to a few MiB per connection; the kernel doubles them for its bookkeeping, and a
-# 2 MiB receive buffer still carries ~30 MB/s per connection at a 100 ms round trip.
-RECEIVE_BUFFER = 2 << 20
-SEND_BUFFER = 1 << 20
-
-
-def _bound_buffers(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
-
-
-def _cut(*socks: socket.socket) -> None:
-    """Shut the sockets down for every holder of them (the forwarding process sees
-    end of file or EPIPE and lets go of its descriptors)."""
-    for sock in socks:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-
-
-_HAS_SPLICE = hasattr(os, "splice")
-_F_SETPIPE_SZ = 1031
-_F_GETPIPE_SZ = 1032
-
-
-async def _wait_fd(fd: int, write: bool) -> None:
-    loop = asyncio.get_running_loop()
-    ready: asyncio.Future[None] = loop.create_future()
-
-    def wake() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    (loop.add_writer if write else loop.add_reader)(fd, wake)
-    try:
-        await ready
-    finally:
-        (loop.remove_writer if write else loop.remove_reader)(fd)
-
-
-async def _splice_one_way(src: socket.socket, dst: socket.socket, size: int) -> None:
-    """Move bytes from ``src`` to ``dst`` through a pipe with splice(2): the data stays in
-    the kernel (no copy into this process), at most ``size`` bytes in flight, so a
-    download through the proxy costs what a direct one does, and memory per connection
-    is the pipe's."""
-    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    with contextlib.suppress(OSError):
-        fcntl.fcntl(w, _F_SETPIPE_SZ, size)
-    # What the pipe holds (past pipe-user-pages-soft it keeps its default size):
-    # believing it had more room, a full pipe woke on the readable source forever.
-    with contextlib.suppress(OSError):
-        size = max(1, min(size, fcntl.fcntl(w, _F_GETPIPE_SZ)))
-    flags = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
-    held, eof = 0, False
-    try:
-        while True:
-            moved = False
-            if not eof and held < size:
-                try:
-                    n = os.splice(src.fileno(), w, size - held, flags=flags)
-                except BlockingIOError:
-                    pass
-                else:
-                    moved = True
-                    if n == 0:
-                        eof = True
-                    held += n
-            if held:
-                try:
-                    m = os.splice(r, dst.fileno(), held, flags=flags)
-                except BlockingIOError:
-                    pass
-                else:
-                    moved = moved or m > 0
-                    held -= m
-            if eof and not held:
-                break
-            if not moved:
-                if held and (eof or held >= size):
-                    await _wait_fd(dst.fileno(), True)
-                elif held:
-                    # Either side may unblock us: whichever is ready first.
-                    waits = [asyncio.ensure_future(_wait_fd(src.fileno(), False)),
-                             asyncio.ensure_future(_wait_fd(dst.fileno(), True))]  # fmt: skip
-                    try:
-                        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                    finally:
-                        for t in waits:
-                            t.cancel()
-                        await asyncio.gather(*waits, return_exceptions=True)
-                else:
-                    await _wait_fd(src.fileno(), False)
-    except OSError:
-        pass
-    finally:
-        os.close(r)
-        os.close(w)
-        with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_WR)
-
-
 # Descriptors one proxied connection holds at most: the client's socket, the upstream
 # socket (and one more while a second address is tried), a pipe (two descriptors) per
 # direction for splice.
@@ -922,49 +813,3 @@ os.register_at_fork(after_in_child=_forget_the_parents_proxy)
 
 async def _as_coroutine(value: Awaitable[bool]) -> bool:
     return await value
-
-
-_REASONS = {400: "Bad Request", 403: "Forbidden", 408: "Request Timeout",
-            431: "Request Header Fields Too Large", 502: "Bad Gateway",
-            505: "HTTP Version Not Supported"}  # fmt: skip
-_HOP_BY_HOP = {b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive",
-               b"host", b"proxy-authenticate", b"te", b"trailer", b"upgrade"}  # fmt: skip
-
-
-def _destination(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _authority(text: str, default_port: int | None) -> tuple[str, int]:
-    if text.startswith("["):
-        close = text.find("]")
-        host, rest = text[1:close], text[close + 1 :]
-        if close < 0 or (rest and not rest.startswith(":")):
-            raise _Refused(f"{text!r} is not host:port", 400)
-        port_text = rest[1:] if rest else ""
-    else:
-        host, sep, port_text = text.rpartition(":")
-        if not sep:
-            host, port_text = text, ""
-    if not port_text:
-        if default_port is None:
-            raise _Refused(f"{text!r} names no port", 400)
-        return host, default_port
-    if not port_text.isascii() or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise _Refused(f"{text!r} has no valid port", 400)
-    return host, int(port_text)
-
-
-def _forwarded_headers(lines: list[bytes], authority: str) -> bytes:
-    """The client's headers for the origin: hop-by-hop ones dropped, Host set to the
-    URL's authority (RFC 9112 3.2.2), one request per connection."""
-    out = [b"Host: " + authority.encode("ascii")]
-    for line in lines:
-        name, sep, _value = line.partition(b":")
-        if not sep or not name or name != name.strip() or b"\r" in line or b"\n" in line:
-            raise _Refused("a header line is malformed", 400)
-        if name.lower() in _HOP_BY_HOP:
-            continue
-        out.append(line)
-    out.append(b"Connection: close")
-    return b"\r\n".join(out) + b"\r\n"
