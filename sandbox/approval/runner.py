@@ -34,7 +34,7 @@ from sandbox.approval.gate.execute import AskedInside, Execution
 from sandbox.approval.gate.grants import Ended, Grants, Next
 from sandbox.approval.gate.journal import Judged, Park, Transitions
 from sandbox.approval.gate.plan import Plan, plan
-from sandbox.approval.gate.results import Awaiting, NotRun, Status
+from sandbox.approval.gate.results import Awaiting, NotRun, Outcome, Ran, Replayed, Status
 from sandbox.approval.gate.verdict import CallVerdict
 from sandbox.approval.models import ConfirmationRequest, Decision, canonical_json, digest_of
 from sandbox.approval.network import NETWORK_TOOL, NetworkAccessTool
@@ -183,10 +183,17 @@ class ToolRunner:
         same arguments returns the recorded outcome (``"replayed": True``) and never runs
         the tool again; with other arguments it raises `DuplicateCallError`.
         """
+        outcome = await self._call(self._tool(name), name, args, call_id)
+        return outcome.to_dict()  # the result leaves for the model here
+
+    async def call_outcome(self, name: str, args: dict[str, Any] | None = None,
+                           call_id: str | None = None) -> Outcome:
+        """`call`, returning the typed `Outcome` (for an adapter that needs the tool's
+        own return value, not the contract's dict: `Ran.value`)."""
         return await self._call(self._tool(name), name, args, call_id)
 
     async def _call(self, tool: BaseTool, name: str, args: dict[str, Any] | None,
-                    call_id: str | None) -> dict[str, Any]:  # fmt: skip
+                    call_id: str | None) -> Outcome:  # fmt: skip
         call_id = call_id or new_call_id()
         if not isinstance(call_id, str) or not 0 < len(call_id) <= MAX_CALL_ID:
             raise ConfigurationError(
@@ -214,7 +221,7 @@ class ToolRunner:
         except (ToolArgumentError, ConfigurationError) as exc:
             message = exc.message if isinstance(exc, ToolArgumentError) else str(exc)
             await self._transitions.refused(name, call_id, message)
-            return NotRun(Status.ERROR, message).to_dict()
+            return NotRun(Status.ERROR, message)
         call = Call(tool, call_id, checked, text, digest_of(name, text), self.session_id,
                     self.audit.enabled)
         # The gate's verdict first, then the call is recorded together with its first
@@ -228,11 +235,11 @@ class ToolRunner:
             if opened is None:
                 return await self._run(call, None, ctx, round_=0, claimed=True)
             if isinstance(opened, NotRun):
-                return opened.to_dict()
+                return opened
             return await self._execution.replay(opened, call)
         if isinstance(verdict, gate.Stop):
             ended = await t.open_and_end(call, verdict.state, verdict.result, verdict.event)
-            if isinstance(ended, dict):
+            if not isinstance(ended, CallRecord):
                 return ended
             return await self._execution.replay(ended, call)
         assert isinstance(verdict, gate.Ask)
@@ -263,6 +270,20 @@ class ToolRunner:
         must be exactly the arguments the request was made for; anything else is refused
         and nothing runs.
         """
+        outcome = await self.resume_outcome(confirmation_id, confirmation, args=args,
+                                            decided_by=decided_by, channel=channel)
+        return outcome.to_dict()  # the result leaves for the model here
+
+    async def resume_outcome(
+        self,
+        confirmation_id: str,
+        confirmation: ToolConfirmation | Decision | dict[str, Any] | bool | None = None,
+        *,
+        args: dict[str, Any] | None = None,
+        decided_by: str | None = None,
+        channel: str = "resume",
+    ) -> Outcome:
+        """`resume`, returning the typed `Outcome`."""
         def judge(req: ConfirmationRequest, recorded: dict[str, Any] | None) -> Judged:
             return self._judge(req, recorded, confirmation, args=args,
                                decided_by=decided_by, channel=channel)
@@ -271,7 +292,7 @@ class ToolRunner:
         judged = await self._transitions.read_and_decide(
             confirmation_id, with_answer=confirmation is None, judge=judge)
         if judged.refusal is not None:
-            return judged.refusal.to_dict()
+            return judged.refusal
         assert judged.call is not None and judged.plan is not None and judged.answer is not None
         ctx = self._context(judged.call.call_id)
         step = await self._grants.decided(judged.call, judged.req, judged.answer,
@@ -392,7 +413,7 @@ class ToolRunner:
         if verdict is gate.PROCEED:
             return CallVerdict("run")
         if isinstance(verdict, gate.Stop):
-            return CallVerdict("refuse", reason=str(verdict.result.get("error") or ""),
+            return CallVerdict("refuse", reason=verdict.result.error or "",
                                state=verdict.state)
         assert isinstance(verdict, gate.Ask)
         subjects = gate.rule_subjects(tool, checked)
@@ -414,11 +435,15 @@ class ToolRunner:
         when no human is needed or the call id is decided already: `call` then runs the
         call, refuses it, or answers it from its record.
         """
+        outcome = await self._park(name, args, call_id)
+        return None if outcome is None else outcome.to_dict()
+
+    async def _park(self, name: str, args: dict[str, Any] | None,
+                    call_id: str | None) -> Outcome | None:
         verdict = await self.would_ask(name, args, call_id)
         if verdict.action == "pending":
             assert verdict.confirmation_id is not None and call_id is not None
-            return Awaiting(verdict.confirmation_id, call_id, name,
-                            verdict.hint or "").to_dict()
+            return Awaiting(verdict.confirmation_id, call_id, name, verdict.hint or "")
         if verdict.action != "ask":
             return None
         tool = self._tool(name)
@@ -434,12 +459,11 @@ class ToolRunner:
         try:
             parked = await t.open_and_park(call, park)
         except ConfirmationStateError as exc:  # the store's bound on pending requests
-            return await t.end(call, "error", NotRun(Status.ERROR, str(exc)).to_dict(),
-                               "tool.failed")
+            return await t.end(call, "error", NotRun(Status.ERROR, str(exc)), "tool.failed")
         if isinstance(parked, CallRecord):  # another caller recorded this id meanwhile
-            return await self.park(name, args, call_id) if call_id else None
+            return await self._park(name, args, call_id) if call_id else None
         req, _rules = parked  # a rule made meanwhile: the human is asked all the same
-        return Awaiting(req.id, req.call_id, req.tool, req.hint).to_dict()
+        return Awaiting(req.id, req.call_id, req.tool, req.hint)
 
     async def answer(
         self, ref: str,
@@ -466,6 +490,17 @@ class ToolRunner:
         again: an approval gets the recorded outcome (the tool never runs twice), a
         denial gets ``rejected`` saying what was recorded.
         """
+        outcome = await self.answer_outcome(ref, decision, args=args, tool=tool,
+                                            decided_by=decided_by, channel=channel)
+        return outcome.to_dict()  # the result leaves for the model here
+
+    async def answer_outcome(
+        self, ref: str,
+        decision: Decision | ToolConfirmation | dict[str, Any] | bool | None = None, *,
+        args: dict[str, Any] | None = None, tool: str | None = None,
+        decided_by: str | None = None, channel: str = "framework",
+    ) -> Outcome:
+        """`answer`, returning the typed `Outcome`."""
         given = None if decision is None else parse_answer(decision, channel=channel)
         if given is not None and decided_by is not None and given.decided_by is None:
             given = given.model_copy(update={"decided_by": decided_by})
@@ -476,7 +511,7 @@ class ToolRunner:
                        f"({self.session_id!r}); nothing was run or recorded. Answer it from a "
                        "runner of that session")
             await t.refused(rec.tool, rec.call_id, message, rec.digest)
-            return NotRun(Status.REJECTED, message, rec.call_id).to_dict()
+            return NotRun(Status.REJECTED, message, rec.call_id)
         if rec is None:
             if given is not None and given.outcome == "deny" and tool is not None \
                     and args is not None:
@@ -485,7 +520,7 @@ class ToolRunner:
                        "a call it never asked, or one from before a restart of an in-memory "
                        "store); nothing was run")
             await t.refused(tool or "?", ref, message)
-            return NotRun(Status.REJECTED, message, ref).to_dict()
+            return NotRun(Status.REJECTED, message, ref)
         if args is not None and (given is None or given.outcome != "deny"):
             sent = _digest_as_taken(self._tool(rec.tool), args)
             if sent != rec.digest:
@@ -493,15 +528,16 @@ class ToolRunner:
                            "differ from the ones it was asked about; the tool was not run. "
                            "To change them, answer with Decision.edit(args)")
                 await t.refused(rec.tool, rec.call_id, message, sent)
-                return NotRun(Status.REJECTED, message, rec.call_id).to_dict()
+                return NotRun(Status.REJECTED, message, rec.call_id)
         if req is not None and req.status == "pending" and rec.state == "awaiting":
-            return await self.resume(req.id, given, decided_by=decided_by, channel=channel)
+            return await self.resume_outcome(req.id, given, decided_by=decided_by,
+                                             channel=channel)
         # Decided or done already: never decided twice, never run twice.
         if given is not None and given.outcome == "deny":
             message = (f"call {rec.call_id} was already {rec.state} when this denial "
                        "arrived; the denial changed nothing")
             await t.refused(rec.tool, rec.call_id, message, rec.digest)
-            return NotRun(Status.REJECTED, message, rec.call_id).to_dict()
+            return NotRun(Status.REJECTED, message, rec.call_id)
         call = Call(self._tool(rec.tool), rec.call_id, rec.args, canonical_json(rec.args),
                     rec.digest, self.session_id, self.audit.enabled)
         return await self._execution.replay(rec, call)
@@ -571,7 +607,7 @@ class ToolRunner:
         return rec, await step(self.store.get_request, rec.request_id)
 
     async def _deny_unasked(self, call_id: str, name: str, args: dict[str, Any],
-                            answer: Decision) -> dict[str, Any]:
+                            answer: Decision) -> Outcome:
         """Record a denial for a call the gate never asked about: the call and a request
         decided denied in one store step (the same records and events as a request
         denied), so the id is spent."""
@@ -589,10 +625,11 @@ class ToolRunner:
         decided = await self._transitions.open_park_decide(
             call, park, lambda _rules: answer, self._plan)
         if isinstance(decided, CallRecord):  # recorded meanwhile: answer that record
-            return await self.answer(call_id, answer, channel=answer.channel or "framework")
+            return await self.answer_outcome(call_id, answer,
+                                             channel=answer.channel or "framework")
         _asked, _answer, made, refusal = decided
         if refusal is not None:
-            return refusal.to_dict()
+            return refusal
         assert made.result is not None
         return made.result
 
@@ -632,7 +669,7 @@ class ToolRunner:
 
     async def _ask(self, call: Call, ctx: ToolContext, *, hint: str, payload: Any, kind: str,
                    round_: int, edited_from: str | None = None,
-                   opening: bool = False) -> dict[str, Any]:
+                   opening: bool = False) -> Outcome:
         """Park a request for ``call`` (``opening``: recording the call in the same
         step); answer it by rule, by a fixed answer or by the provider, or leave it
         waiting."""
@@ -645,12 +682,12 @@ class ToolRunner:
         if round_ >= self.max_rounds:
             stopped = NotRun(Status.ERROR, (
                 f"{call.name} asked for confirmation {round_} times in one call "
-                f"(max_rounds={self.max_rounds}); the call was stopped")).to_dict()
+                f"(max_rounds={self.max_rounds}); the call was stopped"))
             if not opening:
                 return await t.end(call, "error", stopped, "tool.failed")
             ended = await t.open_and_end(call, "error", stopped, "tool.failed")
-            return ended if isinstance(ended, dict) else await self._execution.replay(
-                ended, call)
+            return ended if not isinstance(ended, CallRecord) else (
+                await self._execution.replay(ended, call))
         subjects = gate.rule_subjects(call.tool, call.args)
         park = Park(hint, payload, kind,
                     time.time() + self.approval_ttl if self.approval_ttl else None,
@@ -666,13 +703,13 @@ class ToolRunner:
                     call, park, lambda rules: gate.rules_answer(rules) or fixed,
                     self._plan)
             except ConfirmationStateError as exc:
-                return await t.end(call, "error", NotRun(Status.ERROR, str(exc)).to_dict(),
+                return await t.end(call, "error", NotRun(Status.ERROR, str(exc)),
                                    "tool.failed")
             if isinstance(decided, CallRecord):
                 return await self._execution.replay(decided, call)
             asked, given, made, refusal = decided
             if refusal is not None:
-                return refusal.to_dict()
+                return refusal
             return await self._next(
                 await self._grants.decided(call, asked, given, made, ctx), ctx, round_)
         try:
@@ -684,19 +721,17 @@ class ToolRunner:
                     return await self._execution.replay(parked, call)
                 req, rules = parked
         except ConfirmationStateError as exc:
-            return await t.end(call, "error", NotRun(Status.ERROR, str(exc)).to_dict(),
-                               "tool.failed")
+            return await t.end(call, "error", NotRun(Status.ERROR, str(exc)), "tool.failed")
         answer: Decision | Failure | None = gate.rules_answer(rules)
         if answer is None:
             if self.provider is None:
-                return Awaiting(req.id, req.call_id, req.tool, req.hint).to_dict()
+                return Awaiting(req.id, req.call_id, req.tool, req.hint)
             # AutoApprove: known without building or sending the request.
             answer = fixed or await consult(self.provider, req.public())
         if isinstance(answer, Failure) and answer.kind == "pending":
             if not expired(req):
                 await t.still_pending(call, req, self.provider)
-                return Awaiting(req.id, req.call_id, req.tool, req.hint,
-                                answer.message).to_dict()
+                return Awaiting(req.id, req.call_id, req.tool, req.hint, answer.message)
             answer = Failure("timeout", f"{answer.cause}, and the request expired")
         return await self._settle(call, req, answer, ctx, round_)
 
@@ -704,11 +739,11 @@ class ToolRunner:
         return plan(answer, self._grants.channel)
 
     async def _settle(self, call: Call, req: Request, answer: Decision | Failure,
-                      ctx: ToolContext, round_: int | None) -> dict[str, Any]:
+                      ctx: ToolContext, round_: int | None) -> Outcome:
         """Apply an answer: the call ends, runs, or (edited) is asked about again."""
         return await self._next(await self._grants.settle(call, req, answer, ctx), ctx, round_)
 
-    async def _next(self, step: Next, ctx: ToolContext, round_: int | None) -> dict[str, Any]:
+    async def _next(self, step: Next, ctx: ToolContext, round_: int | None) -> Outcome:
         """``round_``: the requests made for the call so far (None: count them if needed)."""
         if isinstance(step, Ended):
             return step.result
@@ -719,7 +754,7 @@ class ToolRunner:
         return await self._transitions.count_requests(call) if round_ is None else round_
 
     async def _run(self, call: Call, confirmation: ToolConfirmation | None, ctx: ToolContext,
-                   *, round_: int | None, claimed: bool) -> dict[str, Any]:
+                   *, round_: int | None, claimed: bool) -> Outcome:
         outcome = await self._execution.run(call, confirmation, ctx, claimed=claimed)
         if isinstance(outcome, AskedInside):
             return await self._ask(call, ctx, hint=outcome.hint, payload=outcome.payload,
@@ -761,7 +796,7 @@ class ToolRunner:
                                       ask_id)  # fmt: skip
         except Exception:  # the gate failed: the connection is refused, the run goes on
             return False
-        return isinstance(result, dict) and result.get("allowed") is True
+        return isinstance(result, (Ran, Replayed)) and result.result.get("allowed") is True
 
     def _same_session(self, req: ConfirmationRequest) -> bool:
         """Whether this runner may apply ``req``: the request was made in this runner's

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox.approval.gate.results import Blocked, NotRun, Outcome, Status
 from sandbox.approval.models import Decision
 from sandbox.approval.rules import Rule
 from sandbox.tools.base import BaseTool
@@ -38,7 +39,7 @@ class Stop:
     """The call ends here: ``state`` is recorded, ``result`` returned, ``event`` audited."""
 
     state: str
-    result: dict[str, Any]
+    result: Outcome
     event: str
 
 
@@ -53,12 +54,11 @@ async def refusal(tool: BaseTool, args: dict[str, Any]) -> Stop | None:
     try:
         blocked = await tool.precheck(args)
     except Exception as exc:  # a broken check must not let the call through
-        return Stop("error", {
-            "status": "error",
-            "error": f"{tool.name}: checking the call failed ({type(exc).__name__}: {exc});"
-                     " the tool was not run"}, "tool.failed")
+        return Stop("error", NotRun(
+            Status.ERROR, f"{tool.name}: checking the call failed ({type(exc).__name__}: "
+                          f"{exc}); the tool was not run"), "tool.failed")
     if blocked is not None:
-        return Stop("blocked", {"status": "blocked", **blocked}, "tool.blocked")
+        return Stop("blocked", Blocked(blocked), "tool.blocked")
     return None
 
 
@@ -70,10 +70,9 @@ async def check(tool: BaseTool, args: dict[str, Any], ctx: ToolContext) -> Verdi
     try:
         hint = await tool.confirmation_hint(args, ctx)
     except Exception as exc:
-        return Stop("error", {
-            "status": "error",
-            "error": f"{tool.name}: require_confirmation failed ({type(exc).__name__}: "
-                     f"{exc}); the tool was not run"}, "tool.failed")
+        return Stop("error", NotRun(
+            Status.ERROR, f"{tool.name}: require_confirmation failed ({type(exc).__name__}: "
+                          f"{exc}); the tool was not run"), "tool.failed")
     if hint is None:
         return PROCEED
     return Ask(hint, ask_kind(tool))
