@@ -22,7 +22,7 @@ import functools
 import hashlib
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import anyio
@@ -31,14 +31,19 @@ from sandbox.approval.gate import check as gate
 from sandbox.approval.gate.call import Call, Request, expired, new_call_id
 from sandbox.approval.gate.consult import Failure, consult
 from sandbox.approval.gate.execute import AskedInside, Execution
-from sandbox.approval.gate.grants import Ended, Grants, Next
+from sandbox.approval.gate.grants import Ended, Grants, Next, approval
 from sandbox.approval.gate.journal import Judged, Park, Transitions
 from sandbox.approval.gate.plan import Plan, plan
 from sandbox.approval.gate.results import Awaiting, NotRun, Outcome, Ran, Replayed, Status
 from sandbox.approval.gate.verdict import CallVerdict
 from sandbox.approval.models import ConfirmationRequest, Decision, canonical_json, digest_of
 from sandbox.approval.network import NETWORK_TOOL, NetworkAccessTool
-from sandbox.approval.providers import ConfirmationProvider, fixed_answer, parse_answer
+from sandbox.approval.providers import (
+    ConfirmationProvider,
+    fixed_answer,
+    parse_answer,
+    recorded_form,
+)
 from sandbox.approval.rules import RuleBook
 from sandbox.approval.store import ApprovalStore, CallRecord, new_id, open_store
 from sandbox.audit import AuditLog, Redactor, redact_secrets
@@ -165,6 +170,12 @@ class ToolRunner:
                               rule_session=self.rule_session)
         self._execution = Execution(self._transitions)
         self._network_tool: NetworkAccessTool | None = None
+        self._fixed_plan_of: tuple[Decision, str | None, Plan,
+                                   str | dict[str, Any]] | None = None
+        # A store in this process that records an answer known before asking as one
+        # step (`MemoryApprovalStore.open_decided`): the fast path of `_decided_at_once`.
+        self._open_decided: Callable[..., str | None] | None = (
+            None if self.store.blocking else getattr(self.store, "open_decided", None))
         if self.store.blocking:  # a store shared with other processes: report their dead
             self._transitions.report_in_doubt(self.store.in_doubt())
 
@@ -194,13 +205,13 @@ class ToolRunner:
 
     async def _call(self, tool: BaseTool, name: str, args: dict[str, Any] | None,
                     call_id: str | None) -> Outcome:  # fmt: skip
-        call_id = call_id or new_call_id()
+        call_id = call_id or new_id("call")
         if not isinstance(call_id, str) or not 0 < len(call_id) <= MAX_CALL_ID:
             raise ConfigurationError(
                 f"call_id must be a non-empty string of at most {MAX_CALL_ID} characters, "
                 f"got {type(call_id).__name__} of length {len(str(call_id))}"
             )
-        if not is_text(call_id) or "\x00" in call_id:
+        if not (call_id.isascii() or is_text(call_id)) or "\x00" in call_id:
             raise ConfigurationError(not_text_message(
                 "call_id", lone_surrogate(call_id, "call_id") or "call_id: a NUL character"))
         try:
@@ -228,7 +239,9 @@ class ToolRunner:
         # step (started, ended, or parked): one store step. A call id used before is
         # answered from its record, whatever the verdict was this time.
         ctx = self._context(call_id)
-        verdict = await gate.check(tool, checked, ctx)
+        verdict = gate.known(tool)
+        if verdict is None:
+            verdict = await gate.check(tool, checked, ctx)
         t = self._transitions
         if verdict is gate.PROCEED:
             opened = await t.open_and_start(call)
@@ -243,6 +256,16 @@ class ToolRunner:
                 return ended
             return await self._execution.replay(ended, call)
         assert isinstance(verdict, gate.Ask)
+        if self._open_decided is not None and self.provider is not None and not call.audited:
+            fixed = fixed_answer(self.provider)
+            if fixed is not None:
+                confirmation = self._decided_at_once(call, verdict, fixed)
+                if confirmation is not None:
+                    ran = await self._execution.run(call, confirmation, ctx, claimed=True)
+                    if not isinstance(ran, AskedInside):
+                        return ran
+                    return await self._ask(call, ctx, hint=ran.hint, payload=ran.payload,
+                                           kind="tool", round_=1)
         return await self._ask(call, ctx, hint=verdict.hint, payload=None, kind=verdict.kind,
                                round_=0, opening=True)
 
@@ -734,6 +757,56 @@ class ToolRunner:
                 return Awaiting(req.id, req.call_id, req.tool, req.hint, answer.message)
             answer = Failure("timeout", f"{answer.cause}, and the request expired")
         return await self._settle(call, req, answer, ctx, round_)
+
+    def _decided_at_once(self, call: Call, verdict: gate.Ask,
+                         fixed: Decision) -> ToolConfirmation | None:
+        """`_ask` for a new call whose answer is known before asking (a fixed answer, or
+        the remembered rules that approve it), in a store of this process and with no
+        audit trail to write: the call opened, its request parked and decided, and the
+        grant claimed in one store step (`MemoryApprovalStore.open_decided`: the same
+        records and journal). The confirmation to run with, or None with nothing
+        recorded: the general path then takes the steps one by one."""
+        assert self._open_decided is not None
+        tool, args = call.tool, call.args
+        subjects = gate.rule_subjects(tool, args)
+        rules = self.rules.match(call.name, args, subjects=subjects,
+                                 session_id=self.rule_session, record=False)
+        if rules:
+            answer = gate.rules_answer(rules)
+            assert answer is not None
+            made, recorded = self._plan(answer), recorded_form(answer)
+        else:  # the fixed answer: immutable, so its plan is made once
+            answer = fixed
+            made, recorded = self._fixed_plan(fixed)
+        decision = made.decision
+        if not made.start or decision is None:  # not a single-use approval
+            return None
+        hint = verdict.hint
+        if "\x00" in hint or not (hint.isascii() or is_text(hint)):
+            hint = printable(hint)
+        rid = self._open_decided(
+            call_id=call.call_id, tool=call.name, digest=call.digest,
+            args_json=call.args_json, session_id=call.session_id, hint=hint,
+            kind=verdict.kind,
+            expires_at=time.time() + self.approval_ttl if self.approval_ttl else None,
+            details=gate.request_details(tool, args, subjects), reason=made.reason,
+            decided_by=decision.decided_by, channel=decision.channel or made.channel,
+            decision=recorded)
+        if rid is None:
+            return None
+        if rules:  # their use is counted once the decision is recorded
+            self.store.mark_rules_used([rule.id for rule in rules], time.time())
+        return approval(hint, answer.payload)
+
+    def _fixed_plan(self, fixed: Decision) -> tuple[Plan, str | dict[str, Any]]:
+        """The plan and recorded form of a fixed answer (an immutable `Decision`),
+        made once per answer and channel; the plan is only read."""
+        cached = self._fixed_plan_of
+        if cached is None or cached[0] is not fixed or cached[1] != self._grants.channel:
+            # Compared by identity: hashing a pydantic model costs more than the plan.
+            cached = self._fixed_plan_of = (fixed, self._grants.channel, self._plan(fixed),
+                                            recorded_form(fixed))
+        return cached[2], cached[3]
 
     def _plan(self, answer: Decision) -> Plan:
         return plan(answer, self._grants.channel)

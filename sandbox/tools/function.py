@@ -129,6 +129,9 @@ class FunctionTool(BaseTool):
     async def confirmation_hint(
         self, args: dict[str, Any], tool_context: ToolContext
     ) -> str | None:
+        rc = self.require_confirmation
+        if rc is True or rc is False:  # a flag: no predicate to call
+            return confirmation_hint_text(self.name) if rc else None
         if await self.check_require_confirmation(args, tool_context):
             return confirmation_hint_text(self.name)
         return None
@@ -200,12 +203,16 @@ class FunctionTool(BaseTool):
 
     def _normalised(self, args: dict[str, Any], model: BaseModel) -> dict[str, Any]:
         fields = self._field_names
-        if len(args) == len(fields) and all(
-                type(value := getattr(model, name, _MISSING)) is type(args.get(name, _MISSING))
-                and value == args[name] for name in fields):
-            # Every argument sent, none converted (the common case): they are the
-            # normalised form already. Not JSON values are refused by the gate, by name.
-            return dict(args)
+        if len(args) == len(fields):
+            for name in fields:  # a loop, not all(genexpr): this runs on every call
+                value = getattr(model, name, _MISSING)
+                if type(value) is not type(args.get(name, _MISSING)) or value != args[name]:
+                    break
+            else:
+                # Every argument sent, none converted (the common case): they are the
+                # normalised form already. Not JSON values are refused by the gate, by
+                # name.
+                return dict(args)
         if not _is_json_value(args):
             return dict(args)  # as sent: the gate refuses what is not JSON, by name
         try:
@@ -232,7 +239,9 @@ class FunctionTool(BaseTool):
             raise ToolArgumentError(_describe_validation_error(self.name, exc)) from None
 
     def _kwargs(self, model: BaseModel) -> dict[str, Any]:
-        kwargs = {name: getattr(model, name) for name in self._field_names}
+        kwargs: dict[str, Any] = {}
+        for name in self._field_names:  # a loop, not a comprehension: every call
+            kwargs[name] = getattr(model, name)
         if self._accepts_any and model.model_extra:
             kwargs.update(model.model_extra)
         return kwargs

@@ -10,6 +10,7 @@ call: fail closed. Nothing here touches the store or the audit log.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from sandbox.approval.gate.results import Blocked, NotRun, Outcome, Status
 from sandbox.approval.models import Decision
 from sandbox.approval.rules import Rule
-from sandbox.tools.base import BaseTool
+from sandbox.tools.base import BaseTool, confirmation_hint_text
 from sandbox.tools.context import ToolContext
 
 
@@ -62,11 +63,53 @@ async def refusal(tool: BaseTool, args: dict[str, Any]) -> Stop | None:
     return None
 
 
+_NO_PRECHECK = BaseTool.precheck
+
+
+#: `FunctionTool.confirmation_hint`, once that module is loaded (not imported from here:
+#: a runner of other tools does without it).
+_FLAG_HOOK: list[Any] = []
+
+
+def _flag_hook() -> Any:
+    if not _FLAG_HOOK:
+        module = sys.modules.get("sandbox.tools.function")
+        if module is None:
+            return None
+        _FLAG_HOOK.append(module.FunctionTool.confirmation_hint)
+    return _FLAG_HOOK[0]
+
+
+def known(tool: BaseTool) -> Verdict | None:
+    """`check`'s verdict when it is known without awaiting anything: the tool refuses
+    nothing (`BaseTool.precheck` as it is) and asks by a flag (a `FunctionTool` with
+    ``require_confirmation=True`` or ``False``, its hook as it is). None: `check` it."""
+    if getattr(tool.precheck, "__func__", None) is not _NO_PRECHECK:
+        return None
+    hook = getattr(tool.confirmation_hint, "__func__", None)
+    if hook is None or hook is not (_FLAG_HOOK[0] if _FLAG_HOOK else _flag_hook()):
+        return None
+    flag = tool.require_confirmation  # type: ignore[attr-defined]
+    if flag is True:  # what FunctionTool's hook returns for the flag
+        ask = _STATIC_ASKS.get(tool.name)
+        if ask is None:
+            ask = Ask(confirmation_hint_text(tool.name), "static")
+            if len(_STATIC_ASKS) < 1024:
+                _STATIC_ASKS[tool.name] = ask
+        return ask
+    return PROCEED if flag is False else None
+
+
+#: The (immutable) verdict of a tool that always asks, per tool name.
+_STATIC_ASKS: dict[str, Ask] = {}
+
+
 async def check(tool: BaseTool, args: dict[str, Any], ctx: ToolContext) -> Verdict:
     """Precheck, then the predicate, for these (validated) arguments."""
-    stopped = await refusal(tool, args)
-    if stopped is not None:
-        return stopped
+    if getattr(tool.precheck, "__func__", None) is not _NO_PRECHECK:  # else: refuses nothing
+        stopped = await refusal(tool, args)
+        if stopped is not None:
+            return stopped
     try:
         hint = await tool.confirmation_hint(args, ctx)
     except Exception as exc:

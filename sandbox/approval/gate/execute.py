@@ -56,7 +56,8 @@ class Execution:
         if requested is not None:
             return AskedInside(requested.hint, requested.payload)
         ran = Ran(result if isinstance(result, dict) else {"result": result}, result)
-        await t.finish(call, ran.result)
+        if not t.finish_now(call, ran.result):
+            await t.finish(call, ran.result)
         return ran
 
     async def replay(self, rec: CallRecord, call: Call) -> Outcome:

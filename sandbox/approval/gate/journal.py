@@ -230,24 +230,37 @@ class Transitions:
             self.audit.emit("tool.started", tool=call.name, call_id=call.call_id,
                             digest=call.digest)
 
+    def finish_now(self, call: Call, result: dict[str, Any]) -> bool:
+        """`finish` when it can be done right here, without waiting or slicing (a store
+        of this process, a short result): whether it was."""
+        if self.step.blocking or self._batches or not _short(result):
+            return False
+        self._finish(call, result, result)
+        return True
+
     async def finish(self, call: Call, result: dict[str, Any]) -> None:
         """Record the end of a call that ran."""
+        if self.finish_now(call, result):
+            return
         encoded = await dump_sliced(result)
 
         def step() -> None:
-            self.store.finish(call.call_id, "done", encoded)
-            if call.audited:
-                # A bash run under network="allowlist" also says what its egress proxy
-                # let through and refused (result["network"]).
-                network = result.get("network")
-                extra = {"network": network} if isinstance(network, dict) else {}
-                self.audit.emit("tool.finished", tool=call.name, call_id=call.call_id,
-                                digest=call.digest, error=result.get("error"), **extra)
+            self._finish(call, result, encoded)
 
         if not self.step.blocking and not self._batches:
             step()
         else:
             await self._atomic(step)
+
+    def _finish(self, call: Call, result: dict[str, Any], encoded: Any) -> None:
+        self.store.finish(call.call_id, "done", encoded)
+        if call.audited:
+            # A bash run under network="allowlist" also says what its egress proxy
+            # let through and refused (result["network"]).
+            network = result.get("network")
+            extra = {"network": network} if isinstance(network, dict) else {}
+            self.audit.emit("tool.finished", tool=call.name, call_id=call.call_id,
+                            digest=call.digest, error=result.get("error"), **extra)
 
     async def in_doubt(self, call: Call, reason: str) -> None:
         """The run was interrupted: its effects are unknown; it is never run again."""
@@ -517,12 +530,22 @@ def _args_diff(old: dict[str, Any], new: dict[str, Any], new_digest: str) -> dic
 _SLICE_CHARS = 128 << 10
 
 
+def _short(result: Any) -> bool:
+    """Whether `dump_sliced` would return ``result`` as it is (no long strings)."""
+    if type(result) is not dict:
+        return True
+    chars = 0
+    for value in result.values():  # a loop, not sum(genexpr): this runs on every call
+        if type(value) is str:
+            chars += len(value)
+    return chars <= _SLICE_CHARS
+
+
 async def dump_sliced(result: Any) -> Any:
     """``result``, or for a dict holding long strings, the `Dumped` text the store's
     `dump` would make of it (the same text), built _SLICE_CHARS characters per loop
     step."""
-    if type(result) is not dict or sum(
-            len(v) for v in result.values() if type(v) is str) <= _SLICE_CHARS:
+    if _short(result):
         return result
     if not all(type(k) is str for k in result):
         return result

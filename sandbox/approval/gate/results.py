@@ -49,7 +49,7 @@ class Outcome:
         raise NotImplementedError
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made on every call, and frozen is slower
 class Ran(Outcome):
     """The tool ran in this call. ``value`` is what it returned; ``result`` the
     contract's dict of it (a dict as it is, anything else as ``{"result": value}``),
