@@ -106,7 +106,7 @@ class FunctionTool(BaseTool):
         converted, in JSON form: what the gate digests, stores, shows a human and runs."""
         model = self._validated(args)
         kwargs = self._kwargs(model)
-        checked = _CheckedArgs(self._normalised(args, model))
+        checked = _CheckedArgs(self._normalised(args, model))  # the one copy
         checked.kwargs = kwargs
         checked.tool = self
         return checked
@@ -210,9 +210,9 @@ class FunctionTool(BaseTool):
                     break
             else:
                 # Every argument sent, none converted (the common case): they are the
-                # normalised form already. Not JSON values are refused by the gate, by
-                # name.
-                return dict(args)
+                # normalised form already (copied by the caller). Not JSON values are
+                # refused by the gate, by name.
+                return args
         if not _is_json_value(args):
             return dict(args)  # as sent: the gate refuses what is not JSON, by name
         try:
@@ -233,8 +233,9 @@ class FunctionTool(BaseTool):
                 f"argument {self._context_param!r} of {self.name} is supplied by the runner "
                 "and cannot be passed by the caller"
             )
-        try:
-            return self._model.model_validate(args)
+        try:  # the validator itself: BaseModel.model_validate is a Python layer over it
+            return self._model.__pydantic_validator__.validate_python(  # type: ignore[no-any-return]
+                args)
         except ValidationError as exc:
             raise ToolArgumentError(_describe_validation_error(self.name, exc)) from None
 

@@ -64,6 +64,8 @@ async def refusal(tool: BaseTool, args: dict[str, Any]) -> Stop | None:
 
 
 _NO_PRECHECK = BaseTool.precheck
+_NO_SUBJECTS = BaseTool.rule_subjects
+_NO_DETAILS = BaseTool.describe
 
 
 #: `FunctionTool.confirmation_hint`, once that module is loaded (not imported from here:
@@ -128,6 +130,8 @@ def ask_kind(tool: BaseTool) -> str:
 
 def rule_subjects(tool: BaseTool, args: dict[str, Any]) -> tuple[tuple[str, ...], ...] | None:
     """The tool's parsed commands for a rule to cover; a failing parse covers nothing."""
+    if getattr(tool.rule_subjects, "__func__", None) is _NO_SUBJECTS:
+        return None  # BaseTool's: rules match on the tool and its exact arguments
     try:
         subjects = tool.rule_subjects(args)
     except Exception:
@@ -140,10 +144,13 @@ def rule_subjects(tool: BaseTool, args: dict[str, Any]) -> tuple[tuple[str, ...]
 def request_details(tool: BaseTool, args: dict[str, Any],
                     subjects: Sequence[Sequence[str]] | None) -> dict[str, Any]:
     """What a human asked about this call sees beside its arguments."""
-    try:
-        details = tool.describe(args)
-    except Exception:
-        details = {}
+    if getattr(tool.describe, "__func__", None) is _NO_DETAILS:
+        details: dict[str, Any] = {}  # BaseTool's: nothing to add
+    else:
+        try:
+            details = tool.describe(args)
+        except Exception:
+            details = {}
     if tool.description:  # what the tool does (the page shows it)
         details = {**details, "tool_description": tool.description[:2000]}
     if subjects is not None:
