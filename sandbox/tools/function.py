@@ -129,9 +129,6 @@ class FunctionTool(BaseTool):
     async def confirmation_hint(
         self, args: dict[str, Any], tool_context: ToolContext
     ) -> str | None:
-        rc = self.require_confirmation
-        if rc is True or rc is False:  # a flag: no predicate to call
-            return confirmation_hint_text(self.name) if rc else None
         if await self.check_require_confirmation(args, tool_context):
             return confirmation_hint_text(self.name)
         return None

@@ -68,8 +68,8 @@ _NO_SUBJECTS = BaseTool.rule_subjects
 _NO_DETAILS = BaseTool.describe
 
 
-#: `FunctionTool.confirmation_hint`, once that module is loaded (not imported from here:
-#: a runner of other tools does without it).
+#: `FunctionTool.confirmation_hint` and `.check_require_confirmation`, once that module
+#: is loaded (not imported from here: a runner of other tools does without it).
 _FLAG_HOOK: list[Any] = []
 
 
@@ -78,7 +78,8 @@ def _flag_hook() -> Any:
         module = sys.modules.get("sandbox.tools.function")
         if module is None:
             return None
-        _FLAG_HOOK.append(module.FunctionTool.confirmation_hint)
+        _FLAG_HOOK.extend((module.FunctionTool.confirmation_hint,
+                           module.FunctionTool.check_require_confirmation))
     return _FLAG_HOOK[0]
 
 
@@ -91,6 +92,8 @@ def known(tool: BaseTool) -> Verdict | None:
     hook = getattr(tool.confirmation_hint, "__func__", None)
     if hook is None or hook is not (_FLAG_HOOK[0] if _FLAG_HOOK else _flag_hook()):
         return None
+    if getattr(tool.check_require_confirmation, "__func__", None) is not _FLAG_HOOK[1]:
+        return None  # a subclass's own predicate (ADK's hook): it is asked
     flag = tool.require_confirmation  # type: ignore[attr-defined]
     if flag is True:  # what FunctionTool's hook returns for the flag
         ask = _STATIC_ASKS.get(tool.name)

@@ -124,3 +124,26 @@ async def test_the_typed_outcome_carries_the_tools_own_value() -> None:
     assert isinstance(again, Replayed) and again.state == "done"
     assert again.to_dict() == {"result": 4, "replayed": True}
     assert await r.call("plain", {"n": 2}, call_id="c1") == {"result": 4, "replayed": True}
+
+
+class Never(FunctionTool):
+    async def check_require_confirmation(self, args: dict[str, Any],
+                                         tool_context: Any) -> bool:
+        return False
+
+
+async def test_a_tools_own_hooks_are_never_bypassed() -> None:
+    """The verdict known without awaiting (`gate.check.known`) holds only for a tool
+    whose hooks are FunctionTool's own: an overridden predicate or an instance's own
+    precheck is asked."""
+    never = Never(add, require_confirmation=True)
+    patched = FunctionTool(plain, require_confirmation=False)
+
+    async def refuse(args: dict[str, Any]) -> dict[str, Any] | None:
+        return {"error": "refused by the instance's own precheck"}
+
+    patched.precheck = refuse  # type: ignore[method-assign]
+    r = ToolRunner([never, patched], store=MemoryApprovalStore())
+    assert await r.call("add", {"n": 1}) == {"n": 2}  # the subclass says no human
+    assert await r.call("plain", {"n": 1}) == {
+        "status": "blocked", "error": "refused by the instance's own precheck"}
