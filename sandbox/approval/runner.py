@@ -173,7 +173,7 @@ class ToolRunner(FrameworkHooks):
         # A store in this process that records an answer known before asking as one
         # step (`MemoryApprovalStore.open_decided`): the fast path of `_decided_at_once`.
         self._open_decided: Callable[..., str | None] | None = (
-            None if self.store.blocking else getattr(self.store, "open_decided", None))
+            None if self.store.blocking else _fused_steps(self.store))
         if self.store.blocking:  # a store shared with other processes: report their dead
             self._transitions.report_in_doubt(self.store.in_doubt())
 
@@ -640,6 +640,20 @@ _MAX_SIBLINGS = 4096
 #: Answers people type that are not answers the gate reads (it needs a bool or a model).
 _WORDS = {"yes", "y", "no", "n", "ok", "approve", "approved", "deny", "denied", "reject",
           "once", "always", "session"}
+
+
+def _fused_steps(store: ApprovalStore) -> Callable[..., str | None] | None:
+    """The store's ``open_decided``, when the three steps it stands for (``open_call``,
+    ``park``, ``decide``) are those of the class that defines it: a subclass that
+    overrides one of them (to log or check something) has it called."""
+    fused = getattr(store, "open_decided", None)
+    if fused is None:
+        return None
+    defining = next((cls for cls in type(store).__mro__ if "open_decided" in vars(cls)), None)
+    if defining is None or any(getattr(type(store), step, None) is not getattr(defining, step)
+                               for step in ("open_call", "park", "decide")):
+        return None
+    return fused  # type: ignore[no-any-return]
 
 
 def _label(tool: Any) -> str:
