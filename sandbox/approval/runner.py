@@ -22,31 +22,34 @@ import functools
 import hashlib
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import anyio
 
 from sandbox.approval.gate import check as gate
-from sandbox.approval.gate.call import Call, Request, expired, new_call_id
+from sandbox.approval.gate.call import Call, Request, expired
 from sandbox.approval.gate.consult import Failure, consult
 from sandbox.approval.gate.execute import AskedInside, Execution
-from sandbox.approval.gate.grants import Ended, Grants, Next
+from sandbox.approval.gate.frameworks import FrameworkHooks, _digest_as_taken
+from sandbox.approval.gate.grants import Ended, Grants, Next, approval
 from sandbox.approval.gate.journal import Judged, Park, Transitions
 from sandbox.approval.gate.plan import Plan, plan
-from sandbox.approval.gate.results import Awaiting, NotRun, Status
-from sandbox.approval.gate.verdict import CallVerdict
+from sandbox.approval.gate.results import Awaiting, NotRun, Outcome, Ran, Replayed, Status
 from sandbox.approval.models import ConfirmationRequest, Decision, canonical_json, digest_of
 from sandbox.approval.network import NETWORK_TOOL, NetworkAccessTool
-from sandbox.approval.providers import ConfirmationProvider, fixed_answer, parse_answer
+from sandbox.approval.providers import (
+    ConfirmationProvider,
+    fixed_answer,
+    parse_answer,
+    recorded_form,
+)
 from sandbox.approval.rules import RuleBook
 from sandbox.approval.store import ApprovalStore, CallRecord, new_id, open_store
 from sandbox.audit import AuditLog, Redactor, redact_secrets
 from sandbox.errors import (
     ConfigurationError,
     ConfirmationStateError,
-    UnknownCallError,
-    UnknownConfirmationError,
     UnknownToolError,
 )
 from sandbox.text import (
@@ -56,14 +59,14 @@ from sandbox.text import (
     printable,
     surrogates_as_text,
 )
-from sandbox.tools.base import BaseTool, ToolArgumentError, confirmation_hint_text
+from sandbox.tools.base import BaseTool, ToolArgumentError
 from sandbox.tools.context import OUTER_CALL, ToolConfirmation, ToolContext
 
 #: Longest call id accepted (ADK's and OpenAI's ids are a few dozen characters).
 MAX_CALL_ID = 256
 
 
-class ToolRunner:
+class ToolRunner(FrameworkHooks):
     """Runs tools behind the approval gate.
 
     ``provider`` answers confirmation requests as they arise; with no provider, a request
@@ -165,6 +168,12 @@ class ToolRunner:
                               rule_session=self.rule_session)
         self._execution = Execution(self._transitions)
         self._network_tool: NetworkAccessTool | None = None
+        self._fixed_plan_of: tuple[Decision, str | None, Plan,
+                                   str | dict[str, Any]] | None = None
+        # A store in this process that records an answer known before asking as one
+        # step (`MemoryApprovalStore.open_decided`): the fast path of `_decided_at_once`.
+        self._open_decided: Callable[..., str | None] | None = (
+            None if self.store.blocking else _fused_steps(self.store))
         if self.store.blocking:  # a store shared with other processes: report their dead
             self._transitions.report_in_doubt(self.store.in_doubt())
 
@@ -183,17 +192,24 @@ class ToolRunner:
         same arguments returns the recorded outcome (``"replayed": True``) and never runs
         the tool again; with other arguments it raises `DuplicateCallError`.
         """
+        outcome = await self._call(self._tool(name), name, args, call_id)
+        return outcome.to_dict()  # the result leaves for the model here
+
+    async def call_outcome(self, name: str, args: dict[str, Any] | None = None,
+                           call_id: str | None = None) -> Outcome:
+        """`call`, returning the typed `Outcome` (for an adapter that needs the tool's
+        own return value, not the contract's dict: `Ran.value`)."""
         return await self._call(self._tool(name), name, args, call_id)
 
     async def _call(self, tool: BaseTool, name: str, args: dict[str, Any] | None,
-                    call_id: str | None) -> dict[str, Any]:  # fmt: skip
-        call_id = call_id or new_call_id()
+                    call_id: str | None) -> Outcome:  # fmt: skip
+        call_id = call_id or new_id("call")
         if not isinstance(call_id, str) or not 0 < len(call_id) <= MAX_CALL_ID:
             raise ConfigurationError(
                 f"call_id must be a non-empty string of at most {MAX_CALL_ID} characters, "
                 f"got {type(call_id).__name__} of length {len(str(call_id))}"
             )
-        if not is_text(call_id) or "\x00" in call_id:
+        if not (call_id.isascii() or is_text(call_id)) or "\x00" in call_id:
             raise ConfigurationError(not_text_message(
                 "call_id", lone_surrogate(call_id, "call_id") or "call_id: a NUL character"))
         try:
@@ -214,28 +230,40 @@ class ToolRunner:
         except (ToolArgumentError, ConfigurationError) as exc:
             message = exc.message if isinstance(exc, ToolArgumentError) else str(exc)
             await self._transitions.refused(name, call_id, message)
-            return NotRun(Status.ERROR, message).to_dict()
+            return NotRun(Status.ERROR, message)
         call = Call(tool, call_id, checked, text, digest_of(name, text), self.session_id,
                     self.audit.enabled)
         # The gate's verdict first, then the call is recorded together with its first
         # step (started, ended, or parked): one store step. A call id used before is
         # answered from its record, whatever the verdict was this time.
         ctx = self._context(call_id)
-        verdict = await gate.check(tool, checked, ctx)
+        verdict = gate.known(tool)
+        if verdict is None:
+            verdict = await gate.check(tool, checked, ctx)
         t = self._transitions
         if verdict is gate.PROCEED:
             opened = await t.open_and_start(call)
             if opened is None:
                 return await self._run(call, None, ctx, round_=0, claimed=True)
             if isinstance(opened, NotRun):
-                return opened.to_dict()
+                return opened
             return await self._execution.replay(opened, call)
         if isinstance(verdict, gate.Stop):
             ended = await t.open_and_end(call, verdict.state, verdict.result, verdict.event)
-            if isinstance(ended, dict):
+            if not isinstance(ended, CallRecord):
                 return ended
             return await self._execution.replay(ended, call)
         assert isinstance(verdict, gate.Ask)
+        if self._open_decided is not None and self.provider is not None and not call.audited:
+            fixed = fixed_answer(self.provider)
+            if fixed is not None:
+                confirmation = self._decided_at_once(call, verdict, fixed)
+                if confirmation is not None:
+                    ran = await self._execution.run(call, confirmation, ctx, claimed=True)
+                    if not isinstance(ran, AskedInside):
+                        return ran
+                    return await self._ask(call, ctx, hint=ran.hint, payload=ran.payload,
+                                           kind="tool", round_=1)
         return await self._ask(call, ctx, hint=verdict.hint, payload=None, kind=verdict.kind,
                                round_=0, opening=True)
 
@@ -263,6 +291,20 @@ class ToolRunner:
         must be exactly the arguments the request was made for; anything else is refused
         and nothing runs.
         """
+        outcome = await self.resume_outcome(confirmation_id, confirmation, args=args,
+                                            decided_by=decided_by, channel=channel)
+        return outcome.to_dict()  # the result leaves for the model here
+
+    async def resume_outcome(
+        self,
+        confirmation_id: str,
+        confirmation: ToolConfirmation | Decision | dict[str, Any] | bool | None = None,
+        *,
+        args: dict[str, Any] | None = None,
+        decided_by: str | None = None,
+        channel: str = "resume",
+    ) -> Outcome:
+        """`resume`, returning the typed `Outcome`."""
         def judge(req: ConfirmationRequest, recorded: dict[str, Any] | None) -> Judged:
             return self._judge(req, recorded, confirmation, args=args,
                                decided_by=decided_by, channel=channel)
@@ -271,7 +313,7 @@ class ToolRunner:
         judged = await self._transitions.read_and_decide(
             confirmation_id, with_answer=confirmation is None, judge=judge)
         if judged.refusal is not None:
-            return judged.refusal.to_dict()
+            return judged.refusal
         assert judged.call is not None and judged.plan is not None and judged.answer is not None
         ctx = self._context(judged.call.call_id)
         step = await self._grants.decided(judged.call, judged.req, judged.answer,
@@ -346,177 +388,7 @@ class ToolRunner:
                 results[req.id] = await self.resume(req.id)
         return results
 
-    # -- for agent frameworks: foresee, park, answer from outside, sessions ----------------
-
-    async def would_ask(self, name: str, args: dict[str, Any] | None = None,
-                        call_id: str | None = None) -> CallVerdict:
-        """What `call` would do with this call now, without recording or running anything.
-
-        The verdict (`CallVerdict`) is ``ask`` exactly when `call` would park a question
-        for a human: the arguments are validated as `call` validates them, the tool's
-        hard refusal and its confirmation predicate are asked, and remembered rules are
-        matched (without counting a use). With ``call_id``, the id's history counts too:
-        ``pending`` (already waiting, with any answer another channel recorded),
-        ``replay`` (decided or done: `call` answers from the record), or ``refuse`` (used
-        for other arguments). Raises `UnknownToolError` for a tool this runner lacks.
-
-        This is what a framework's own approval hook asks (``needs_approval``, an
-        ``interrupt_on`` predicate): it never runs the tool, so a guardrail that rejects
-        the call afterwards still stops it.
-        """
-        tool = self._tool(name)
-        try:
-            checked, text = self._validated(tool, name, args)
-        except (ToolArgumentError, ConfigurationError) as exc:
-            return CallVerdict("refuse", reason=_message(exc), state="rejected")
-        step = self._transitions.step
-        if call_id is not None:
-            rec = await self._record(call_id)
-            if rec is not None and rec.state != "abandoned":
-                if rec.session_id != self.session_id:
-                    return CallVerdict("refuse", state="rejected", reason=(
-                        f"call id {call_id!r} was already used in another session; every "
-                        "new call needs a new call id. Nothing was run."))
-                if rec.tool != name or rec.digest != digest_of(name, text):
-                    return CallVerdict("refuse", state="rejected", reason=(
-                        f"call id {call_id!r} was already used for {rec.tool} with other "
-                        "arguments; every new call needs a new call id. Nothing was run."))
-                if rec.state == "awaiting" and rec.request_id:
-                    req = await step(self.store.get_request, rec.request_id)
-                    if req.status == "pending":
-                        recorded = await step(self.store.get_answer, req.id)
-                        return CallVerdict("pending", hint=req.hint, confirmation_id=req.id,
-                                           answer=recorded)
-                return CallVerdict("replay", state=rec.state)
-        verdict = await gate.check(tool, checked, self._context(call_id or "would-ask"))
-        if verdict is gate.PROCEED:
-            return CallVerdict("run")
-        if isinstance(verdict, gate.Stop):
-            return CallVerdict("refuse", reason=str(verdict.result.get("error") or ""),
-                               state=verdict.state)
-        assert isinstance(verdict, gate.Ask)
-        subjects = gate.rule_subjects(tool, checked)
-        rules = await step(lambda: self.rules.match(
-            name, checked, subjects=subjects, session_id=self.rule_session, record=False))
-        if rules:
-            return CallVerdict("run", rules=tuple(rule.id for rule in rules))
-        return CallVerdict("ask", hint=verdict.hint)
-
-    async def park(self, name: str, args: dict[str, Any] | None = None,
-                   call_id: str | None = None) -> dict[str, Any] | None:
-        """Record the call and park its question, if the gate would ask one, without
-        consulting the provider and without running anything.
-
-        For a framework that asks for approval in a hook before the tool runs (OpenAI
-        Agents' ``needs_approval``): the question is in the store at once, so the web
-        page, the CLI and the queue see it and may answer it. Returns the
-        ``awaiting_confirmation`` dict (also when this call id already waits), or None
-        when no human is needed or the call id is decided already: `call` then runs the
-        call, refuses it, or answers it from its record.
-        """
-        verdict = await self.would_ask(name, args, call_id)
-        if verdict.action == "pending":
-            assert verdict.confirmation_id is not None and call_id is not None
-            return Awaiting(verdict.confirmation_id, call_id, name,
-                            verdict.hint or "").to_dict()
-        if verdict.action != "ask":
-            return None
-        tool = self._tool(name)
-        checked, text = self._validated(tool, name, args)
-        call = Call(tool, call_id or new_call_id(), checked, text, digest_of(name, text),
-                    self.session_id, self.audit.enabled)
-        subjects = gate.rule_subjects(tool, checked)
-        park = Park(verdict.hint or "", None, gate.ask_kind(tool),
-                    time.time() + self.approval_ttl if self.approval_ttl else None,
-                    gate.request_details(tool, checked, subjects), None, subjects,
-                    self.rule_session)
-        t = self._transitions
-        try:
-            parked = await t.open_and_park(call, park)
-        except ConfirmationStateError as exc:  # the store's bound on pending requests
-            return await t.end(call, "error", NotRun(Status.ERROR, str(exc)).to_dict(),
-                               "tool.failed")
-        if isinstance(parked, CallRecord):  # another caller recorded this id meanwhile
-            return await self.park(name, args, call_id) if call_id else None
-        req, _rules = parked  # a rule made meanwhile: the human is asked all the same
-        return Awaiting(req.id, req.call_id, req.tool, req.hint).to_dict()
-
-    async def answer(
-        self, ref: str,
-        decision: Decision | ToolConfirmation | dict[str, Any] | bool | None = None, *,
-        args: dict[str, Any] | None = None, tool: str | None = None,
-        decided_by: str | None = None, channel: str = "framework",
-    ) -> dict[str, Any]:
-        """Answer a call from outside this runner's provider, by its call id (or its
-        confirmation id): a framework's own approval (Pydantic AI's
-        ``DeferredToolResults``, OpenAI's ``RunState.approve/reject``, a LangGraph
-        resume value) applied to the stored request.
-
-        An approval runs the call once (`resume`); ``Decision.edit(new_args)`` approves
-        the edited call (validated, hard refusals checked again, run once); a denial
-        resolves the request denied, audited, and the call id answers every later `call`
-        with that denial. ``decision=None`` applies the answer another channel recorded.
-        ``args``, when given, must be the arguments the request was made for (the
-        framework's copy of the call): other arguments are refused and nothing runs.
-
-        A call this gate never asked about runs nothing: an approval planted for it is
-        refused (``rejected``). A denial for it is recorded when ``tool`` and ``args``
-        name the call, so that nothing can run it under that id afterwards. A request
-        decided already (by the web page, a provider, an earlier answer) is not decided
-        again: an approval gets the recorded outcome (the tool never runs twice), a
-        denial gets ``rejected`` saying what was recorded.
-        """
-        given = None if decision is None else parse_answer(decision, channel=channel)
-        if given is not None and decided_by is not None and given.decided_by is None:
-            given = given.model_copy(update={"decided_by": decided_by})
-        rec, req = await self.find(ref)
-        t = self._transitions
-        if rec is not None and rec.session_id != self.session_id:
-            message = (f"call {rec.call_id} belongs to another session than this runner's "
-                       f"({self.session_id!r}); nothing was run or recorded. Answer it from a "
-                       "runner of that session")
-            await t.refused(rec.tool, rec.call_id, message, rec.digest)
-            return NotRun(Status.REJECTED, message, rec.call_id).to_dict()
-        if rec is None:
-            if given is not None and given.outcome == "deny" and tool is not None \
-                    and args is not None:
-                return await self._deny_unasked(ref, tool, args, given)
-            message = (f"no call {ref!r} was asked about through this gate (an approval for "
-                       "a call it never asked, or one from before a restart of an in-memory "
-                       "store); nothing was run")
-            await t.refused(tool or "?", ref, message)
-            return NotRun(Status.REJECTED, message, ref).to_dict()
-        if args is not None and (given is None or given.outcome != "deny"):
-            sent = _digest_as_taken(self._tool(rec.tool), args)
-            if sent != rec.digest:
-                message = (f"the arguments sent with the answer for call {rec.call_id} "
-                           "differ from the ones it was asked about; the tool was not run. "
-                           "To change them, answer with Decision.edit(args)")
-                await t.refused(rec.tool, rec.call_id, message, sent)
-                return NotRun(Status.REJECTED, message, rec.call_id).to_dict()
-        if req is not None and req.status == "pending" and rec.state == "awaiting":
-            return await self.resume(req.id, given, decided_by=decided_by, channel=channel)
-        # Decided or done already: never decided twice, never run twice.
-        if given is not None and given.outcome == "deny":
-            message = (f"call {rec.call_id} was already {rec.state} when this denial "
-                       "arrived; the denial changed nothing")
-            await t.refused(rec.tool, rec.call_id, message, rec.digest)
-            return NotRun(Status.REJECTED, message, rec.call_id).to_dict()
-        call = Call(self._tool(rec.tool), rec.call_id, rec.args, canonical_json(rec.args),
-                    rec.digest, self.session_id, self.audit.enabled)
-        return await self._execution.replay(rec, call)
-
-    async def deny(self, ref: str, reason: str = "", *, tool: str | None = None,
-                   args: dict[str, Any] | None = None, decided_by: str | None = None,
-                   channel: str = "framework") -> dict[str, Any]:
-        """Deny a call (by call id or confirmation id) with ``reason`` for the model:
-        `answer` with ``Decision.deny(reason)``. For a denial a framework made on its
-        own side (Pydantic AI's ``ToolDenied``, OpenAI's ``RunState.reject``), which
-        never reaches a tool wrapper: the stored request is resolved denied at once
-        (not left to expire), audited, and the call id never runs afterwards."""
-        return await self.answer(ref, Decision.deny(reason or "denied", channel=channel),
-                                 tool=tool, args=args, decided_by=decided_by,
-                                 channel=channel)
+    # -- for agent frameworks: sessions (foresee, park, answer: `FrameworkHooks`) ----
 
     def for_session(self, session_id: str | None) -> ToolRunner:
         """This runner for another session: the same tools, provider, store, audit log
@@ -544,71 +416,6 @@ class ToolRunner:
             siblings[session_id] = runner
         return runner
 
-    async def _record(self, call_id: str) -> CallRecord | None:
-        try:
-            rec: CallRecord = await self._transitions.step(self.store.get_call, call_id)
-        except UnknownCallError:
-            return None
-        return rec
-
-    async def find(self, ref: str) -> tuple[CallRecord | None, ConfirmationRequest | None]:
-        """The call ``ref`` names (a call id, else a confirmation id) and its latest
-        request, read from the store (either may be None). Reads only: an adapter uses it
-        to see whether a call still waits before it applies a framework's answer."""
-        step = self._transitions.step
-        if not isinstance(ref, str) or not ref:
-            raise ConfigurationError(f"a call id or confirmation id is a non-empty string, "
-                                     f"got {type(ref).__name__}")
-        rec = await self._record(ref)
-        if rec is None:
-            try:
-                req: ConfirmationRequest = await step(self.store.get_request, ref)
-            except (UnknownConfirmationError, LookupError):
-                return None, None
-            return await self._record(req.call_id), req
-        if rec.request_id is None:
-            return rec, None
-        return rec, await step(self.store.get_request, rec.request_id)
-
-    async def _deny_unasked(self, call_id: str, name: str, args: dict[str, Any],
-                            answer: Decision) -> dict[str, Any]:
-        """Record a denial for a call the gate never asked about: the call and a request
-        decided denied in one store step (the same records and events as a request
-        denied), so the id is spent."""
-        tool = self._tool(name)
-        try:
-            checked, text = self._validated(tool, name, args)
-        except (ToolArgumentError, ConfigurationError):
-            checked = args if isinstance(args, dict) else {}
-            text = canonical_json(checked)
-        call = Call(tool, call_id, checked, text, digest_of(name, text), self.session_id,
-                    self.audit.enabled)
-        hint = confirmation_hint_text(name)
-        park = Park(hint, None, gate.ask_kind(tool), None, None, None, None,
-                    self.rule_session)
-        decided = await self._transitions.open_park_decide(
-            call, park, lambda _rules: answer, self._plan)
-        if isinstance(decided, CallRecord):  # recorded meanwhile: answer that record
-            return await self.answer(call_id, answer, channel=answer.channel or "framework")
-        _asked, _answer, made, refusal = decided
-        if refusal is not None:
-            return refusal.to_dict()
-        assert made.result is not None
-        return made.result
-
-    def _validated(self, tool: BaseTool, name: str,
-                   args: dict[str, Any] | None) -> tuple[dict[str, Any], str]:
-        """``args`` as `call` takes them: validated, and their canonical JSON (bounded)."""
-        checked = tool.validate_args({} if args is None else args)
-        text = canonical_json(checked)
-        if len(text) > self.max_args_bytes:
-            raise ToolArgumentError(
-                f"the arguments to {name} are {len(text)} characters of JSON, over this "
-                f"runner's max_args_bytes={self.max_args_bytes}; send less (for bulk "
-                "data, pass a file name or a reference instead)"
-            )
-        return checked, text
-
     async def in_doubt(self) -> list[CallRecord]:
         """Calls that started in a process which died before recording their end."""
         return await self._transitions.sweep()
@@ -632,7 +439,7 @@ class ToolRunner:
 
     async def _ask(self, call: Call, ctx: ToolContext, *, hint: str, payload: Any, kind: str,
                    round_: int, edited_from: str | None = None,
-                   opening: bool = False) -> dict[str, Any]:
+                   opening: bool = False) -> Outcome:
         """Park a request for ``call`` (``opening``: recording the call in the same
         step); answer it by rule, by a fixed answer or by the provider, or leave it
         waiting."""
@@ -645,12 +452,12 @@ class ToolRunner:
         if round_ >= self.max_rounds:
             stopped = NotRun(Status.ERROR, (
                 f"{call.name} asked for confirmation {round_} times in one call "
-                f"(max_rounds={self.max_rounds}); the call was stopped")).to_dict()
+                f"(max_rounds={self.max_rounds}); the call was stopped"))
             if not opening:
                 return await t.end(call, "error", stopped, "tool.failed")
             ended = await t.open_and_end(call, "error", stopped, "tool.failed")
-            return ended if isinstance(ended, dict) else await self._execution.replay(
-                ended, call)
+            return ended if not isinstance(ended, CallRecord) else (
+                await self._execution.replay(ended, call))
         subjects = gate.rule_subjects(call.tool, call.args)
         park = Park(hint, payload, kind,
                     time.time() + self.approval_ttl if self.approval_ttl else None,
@@ -666,13 +473,13 @@ class ToolRunner:
                     call, park, lambda rules: gate.rules_answer(rules) or fixed,
                     self._plan)
             except ConfirmationStateError as exc:
-                return await t.end(call, "error", NotRun(Status.ERROR, str(exc)).to_dict(),
+                return await t.end(call, "error", NotRun(Status.ERROR, str(exc)),
                                    "tool.failed")
             if isinstance(decided, CallRecord):
                 return await self._execution.replay(decided, call)
             asked, given, made, refusal = decided
             if refusal is not None:
-                return refusal.to_dict()
+                return refusal
             return await self._next(
                 await self._grants.decided(call, asked, given, made, ctx), ctx, round_)
         try:
@@ -684,31 +491,79 @@ class ToolRunner:
                     return await self._execution.replay(parked, call)
                 req, rules = parked
         except ConfirmationStateError as exc:
-            return await t.end(call, "error", NotRun(Status.ERROR, str(exc)).to_dict(),
-                               "tool.failed")
+            return await t.end(call, "error", NotRun(Status.ERROR, str(exc)), "tool.failed")
         answer: Decision | Failure | None = gate.rules_answer(rules)
         if answer is None:
             if self.provider is None:
-                return Awaiting(req.id, req.call_id, req.tool, req.hint).to_dict()
+                return Awaiting(req.id, req.call_id, req.tool, req.hint)
             # AutoApprove: known without building or sending the request.
             answer = fixed or await consult(self.provider, req.public())
         if isinstance(answer, Failure) and answer.kind == "pending":
             if not expired(req):
                 await t.still_pending(call, req, self.provider)
-                return Awaiting(req.id, req.call_id, req.tool, req.hint,
-                                answer.message).to_dict()
+                return Awaiting(req.id, req.call_id, req.tool, req.hint, answer.message)
             answer = Failure("timeout", f"{answer.cause}, and the request expired")
         return await self._settle(call, req, answer, ctx, round_)
+
+    def _decided_at_once(self, call: Call, verdict: gate.Ask,
+                         fixed: Decision) -> ToolConfirmation | None:
+        """`_ask` for a new call whose answer is known before asking (a fixed answer, or
+        the remembered rules that approve it), in a store of this process and with no
+        audit trail to write: the call opened, its request parked and decided, and the
+        grant claimed in one store step (`MemoryApprovalStore.open_decided`: the same
+        records and journal). The confirmation to run with, or None with nothing
+        recorded: the general path then takes the steps one by one."""
+        assert self._open_decided is not None
+        tool, args = call.tool, call.args
+        subjects = gate.rule_subjects(tool, args)
+        rules = self.rules.match(call.name, args, subjects=subjects,
+                                 session_id=self.rule_session, record=False)
+        if rules:
+            answer = gate.rules_answer(rules)
+            assert answer is not None
+            made, recorded = self._plan(answer), recorded_form(answer)
+        else:  # the fixed answer: immutable, so its plan is made once
+            answer = fixed
+            made, recorded = self._fixed_plan(fixed)
+        decision = made.decision
+        if not made.start or decision is None:  # not a single-use approval
+            return None
+        hint = verdict.hint
+        if "\x00" in hint or not (hint.isascii() or is_text(hint)):
+            hint = printable(hint)
+        rid = self._open_decided(
+            call_id=call.call_id, tool=call.name, digest=call.digest,
+            args_json=call.args_json, session_id=call.session_id, hint=hint,
+            kind=verdict.kind,
+            expires_at=time.time() + self.approval_ttl if self.approval_ttl else None,
+            details=gate.request_details(tool, args, subjects), reason=made.reason,
+            decided_by=decision.decided_by, channel=decision.channel or made.channel,
+            decision=recorded)
+        if rid is None:
+            return None
+        if rules:  # their use is counted once the decision is recorded
+            self.store.mark_rules_used([rule.id for rule in rules], time.time())
+        return approval(hint, answer.payload)
+
+    def _fixed_plan(self, fixed: Decision) -> tuple[Plan, str | dict[str, Any]]:
+        """The plan and recorded form of a fixed answer (an immutable `Decision`),
+        made once per answer and channel; the plan is only read."""
+        cached = self._fixed_plan_of
+        if cached is None or cached[0] is not fixed or cached[1] != self._grants.channel:
+            # Compared by identity: hashing a pydantic model costs more than the plan.
+            cached = self._fixed_plan_of = (fixed, self._grants.channel, self._plan(fixed),
+                                            recorded_form(fixed))
+        return cached[2], cached[3]
 
     def _plan(self, answer: Decision) -> Plan:
         return plan(answer, self._grants.channel)
 
     async def _settle(self, call: Call, req: Request, answer: Decision | Failure,
-                      ctx: ToolContext, round_: int | None) -> dict[str, Any]:
+                      ctx: ToolContext, round_: int | None) -> Outcome:
         """Apply an answer: the call ends, runs, or (edited) is asked about again."""
         return await self._next(await self._grants.settle(call, req, answer, ctx), ctx, round_)
 
-    async def _next(self, step: Next, ctx: ToolContext, round_: int | None) -> dict[str, Any]:
+    async def _next(self, step: Next, ctx: ToolContext, round_: int | None) -> Outcome:
         """``round_``: the requests made for the call so far (None: count them if needed)."""
         if isinstance(step, Ended):
             return step.result
@@ -719,7 +574,7 @@ class ToolRunner:
         return await self._transitions.count_requests(call) if round_ is None else round_
 
     async def _run(self, call: Call, confirmation: ToolConfirmation | None, ctx: ToolContext,
-                   *, round_: int | None, claimed: bool) -> dict[str, Any]:
+                   *, round_: int | None, claimed: bool) -> Outcome:
         outcome = await self._execution.run(call, confirmation, ctx, claimed=claimed)
         if isinstance(outcome, AskedInside):
             return await self._ask(call, ctx, hint=outcome.hint, payload=outcome.payload,
@@ -761,7 +616,7 @@ class ToolRunner:
                                       ask_id)  # fmt: skip
         except Exception:  # the gate failed: the connection is refused, the run goes on
             return False
-        return isinstance(result, dict) and result.get("allowed") is True
+        return isinstance(result, (Ran, Replayed)) and result.result.get("allowed") is True
 
     def _same_session(self, req: ConfirmationRequest) -> bool:
         """Whether this runner may apply ``req``: the request was made in this runner's
@@ -782,13 +637,23 @@ class ToolRunner:
 _MAX_SIBLINGS = 4096
 
 
-def _message(exc: Exception) -> str:
-    return exc.message if isinstance(exc, ToolArgumentError) else str(exc)
-
-
 #: Answers people type that are not answers the gate reads (it needs a bool or a model).
 _WORDS = {"yes", "y", "no", "n", "ok", "approve", "approved", "deny", "denied", "reject",
           "once", "always", "session"}
+
+
+def _fused_steps(store: ApprovalStore) -> Callable[..., str | None] | None:
+    """The store's ``open_decided``, when the three steps it stands for (``open_call``,
+    ``park``, ``decide``) are those of the class that defines it: a subclass that
+    overrides one of them (to log or check something) has it called."""
+    fused = getattr(store, "open_decided", None)
+    if fused is None:
+        return None
+    defining = next((cls for cls in type(store).__mro__ if "open_decided" in vars(cls)), None)
+    if defining is None or any(getattr(type(store), step, None) is not getattr(defining, step)
+                               for step in ("open_call", "park", "decide")):
+        return None
+    return fused  # type: ignore[no-any-return]
 
 
 def _label(tool: Any) -> str:
@@ -804,15 +669,3 @@ def _no_running_loop(name: str, instead: str) -> None:
         f"ToolRunner.{name} was called inside a running event loop; in async code use "
         f"'await runner.{instead}(...)' instead"
     )
-
-
-def _digest_as_taken(tool: BaseTool, args: dict[str, Any]) -> str:
-    """The digest of ``args`` as the tool would take them (as sent when they do not fit)."""
-    try:
-        args = tool.validate_args(args)
-    except ToolArgumentError:
-        pass  # compared as sent: they differ from the request's, and are refused
-    try:
-        return digest_of(tool.name, canonical_json(args))
-    except ConfigurationError:
-        return "not JSON"

@@ -27,8 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox.approval.gate.execute import CAPTURE, RunCapture
-from sandbox.approval.gate.results import Status
+from sandbox.approval.gate.results import Awaiting, NotRun, Outcome, Ran, Replayed, Status
 from sandbox.approval.models import Decision
 from sandbox.approval.runner import ToolRunner
 from sandbox.errors import ConfirmationStateError, DuplicateCallError, UnknownCallError
@@ -94,23 +93,25 @@ class GateOutcome:
         return str(self.status or "")
 
 
-def outcome(result: dict[str, Any], capture: RunCapture | None = None) -> GateOutcome:
-    """A `GateOutcome` from a gate result and what `CAPTURE` saw while it was made."""
-    shown = {k: v for k, v in result.items() if k != "replayed"}
-    replayed = bool(result.get("replayed")) or bool(capture and capture.replayed)
-    if capture is not None and capture.ran:
-        return GateOutcome(shown, for_model(capture.value), ran=True, tool_result=True)
-    if replayed and capture is not None and capture.state == "done":
-        # The record holds the contract's dict: a non-dict return value was wrapped as
-        # {"result": value}. (A tool returning exactly {"result": x} itself reads back
-        # as x here: the one case a replay cannot tell apart.)
-        value: Any = shown["result"] if set(shown) == {"result"} else shown
-        return GateOutcome(shown, for_model(value), replayed=True, tool_result=True)
-    return GateOutcome(shown, shown, replayed=replayed)
+def outcome(result: Outcome) -> GateOutcome:
+    """A `GateOutcome` from the gate's typed outcome: the one place an adapter's result
+    becomes the contract's dict."""
+    shown = {k: v for k, v in result.to_dict().items() if k != "replayed"}
+    if isinstance(result, Ran):
+        return GateOutcome(shown, for_model(result.value), ran=True, tool_result=True)
+    if isinstance(result, Replayed):
+        if result.state == "done":
+            # The record holds the contract's dict: a non-dict return value was wrapped
+            # as {"result": value}. (A tool returning exactly {"result": x} itself reads
+            # back as x here: the one case a replay cannot tell apart.)
+            value: Any = shown["result"] if set(shown) == {"result"} else shown
+            return GateOutcome(shown, for_model(value), replayed=True, tool_result=True)
+        return GateOutcome(shown, shown, replayed=True)
+    return GateOutcome(shown, shown)
 
 
-def rejected(message: str) -> dict[str, Any]:
-    return {"status": Status.REJECTED.value, "error": message}
+def rejected(message: str) -> Outcome:
+    return NotRun(Status.REJECTED, message)
 
 
 async def run_call(runner: ToolRunner, name: str, args: dict[str, Any] | None,
@@ -122,23 +123,16 @@ async def run_call(runner: ToolRunner, name: str, args: dict[str, Any] | None,
     meantime, has that answer applied now (`ToolRunner.resume`): approved, it runs once
     here; denied, the model reads the reason.
     """
-    capture = RunCapture()
-    token = CAPTURE.set(capture)
     try:
+        result = await runner.call_outcome(name, args, call_id=call_id)
+    except DuplicateCallError as exc:
+        return outcome(rejected(f"{exc}. Nothing was run."))
+    if isinstance(result, Awaiting) and await _has_answer(runner, result.confirmation_id):
         try:
-            result = await runner.call(name, args, call_id=call_id)
-        except DuplicateCallError as exc:
-            return outcome(rejected(f"{exc}. Nothing was run."))
-        if result.get("status") == Status.AWAITING.value:
-            confirmation_id = result.get("confirmation_id")
-            if isinstance(confirmation_id, str) and await _has_answer(runner, confirmation_id):
-                try:
-                    result = await runner.resume(confirmation_id)
-                except ConfirmationStateError:
-                    pass  # applied by someone else meanwhile: the record answers next time
-        return outcome(result, capture)
-    finally:
-        CAPTURE.reset(token)
+            result = await runner.resume_outcome(result.confirmation_id)
+        except ConfirmationStateError:
+            pass  # applied by someone else meanwhile: the record answers next time
+    return outcome(result)
 
 
 async def answer_call(
@@ -149,25 +143,20 @@ async def answer_call(
 ) -> GateOutcome:
     """`ToolRunner.answer` for a framework: the framework's own approval, denial or edit
     of call ``ref`` applied to the stored request, as a `GateOutcome`."""
-    capture = RunCapture()
-    token = CAPTURE.set(capture)
     try:
-        try:
-            result = await runner.answer(ref, decision, args=args, tool=tool,
-                                         decided_by=decided_by, channel=channel)
-        except (DuplicateCallError, UnknownCallError) as exc:
+        result = await runner.answer_outcome(ref, decision, args=args, tool=tool,
+                                             decided_by=decided_by, channel=channel)
+    except (DuplicateCallError, UnknownCallError) as exc:
+        return outcome(rejected(f"{exc}. Nothing was run."))
+    except ConfirmationStateError as exc:
+        # The recorded answer this meant to apply was applied meanwhile (another
+        # process, another channel): the request is decided, and its record answers.
+        rec, req = await runner.find(ref)
+        if rec is None or (req is not None and req.status == "pending"):
             return outcome(rejected(f"{exc}. Nothing was run."))
-        except ConfirmationStateError as exc:
-            # The recorded answer this meant to apply was applied meanwhile (another
-            # process, another channel): the request is decided, and its record answers.
-            rec, req = await runner.find(ref)
-            if rec is None or (req is not None and req.status == "pending"):
-                return outcome(rejected(f"{exc}. Nothing was run."))
-            result = await runner.answer(ref, Decision.approve(channel=channel),
-                                         channel=channel)
-        return outcome(result, capture)
-    finally:
-        CAPTURE.reset(token)
+        result = await runner.answer_outcome(ref, Decision.approve(channel=channel),
+                                             channel=channel)
+    return outcome(result)
 
 
 def session_key(framework: str, *parts: object) -> str:

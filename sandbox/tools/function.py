@@ -106,7 +106,7 @@ class FunctionTool(BaseTool):
         converted, in JSON form: what the gate digests, stores, shows a human and runs."""
         model = self._validated(args)
         kwargs = self._kwargs(model)
-        checked = _CheckedArgs(self._normalised(args, model))
+        checked = _CheckedArgs(self._normalised(args, model))  # the one copy
         checked.kwargs = kwargs
         checked.tool = self
         return checked
@@ -200,12 +200,16 @@ class FunctionTool(BaseTool):
 
     def _normalised(self, args: dict[str, Any], model: BaseModel) -> dict[str, Any]:
         fields = self._field_names
-        if len(args) == len(fields) and all(
-                type(value := getattr(model, name, _MISSING)) is type(args.get(name, _MISSING))
-                and value == args[name] for name in fields):
-            # Every argument sent, none converted (the common case): they are the
-            # normalised form already. Not JSON values are refused by the gate, by name.
-            return dict(args)
+        if len(args) == len(fields):
+            for name in fields:  # a loop, not all(genexpr): this runs on every call
+                value = getattr(model, name, _MISSING)
+                if type(value) is not type(args.get(name, _MISSING)) or value != args[name]:
+                    break
+            else:
+                # Every argument sent, none converted (the common case): they are the
+                # normalised form already (copied by the caller). Not JSON values are
+                # refused by the gate, by name.
+                return args
         if not _is_json_value(args):
             return dict(args)  # as sent: the gate refuses what is not JSON, by name
         try:
@@ -226,13 +230,16 @@ class FunctionTool(BaseTool):
                 f"argument {self._context_param!r} of {self.name} is supplied by the runner "
                 "and cannot be passed by the caller"
             )
-        try:
-            return self._model.model_validate(args)
+        try:  # the validator itself: BaseModel.model_validate is a Python layer over it
+            return self._model.__pydantic_validator__.validate_python(  # type: ignore[no-any-return]
+                args)
         except ValidationError as exc:
             raise ToolArgumentError(_describe_validation_error(self.name, exc)) from None
 
     def _kwargs(self, model: BaseModel) -> dict[str, Any]:
-        kwargs = {name: getattr(model, name) for name in self._field_names}
+        kwargs: dict[str, Any] = {}
+        for name in self._field_names:  # a loop, not a comprehension: every call
+            kwargs[name] = getattr(model, name)
         if self._accepts_any and model.model_extra:
             kwargs.update(model.model_extra)
         return kwargs

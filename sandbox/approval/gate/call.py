@@ -27,21 +27,19 @@ class Call:
     """A call under way: its tool, id, validated arguments, their canonical JSON and
     digest, the session it belongs to, and whether this call writes an audit trail."""
 
-    __slots__ = ("args", "args_json", "audited", "call_id", "digest", "session_id", "tool")
+    __slots__ = ("args", "args_json", "audited", "call_id", "digest", "name", "session_id",
+                 "tool")
 
     def __init__(self, tool: BaseTool, call_id: str, args: dict[str, Any], args_json: str,
                  digest: str, session_id: str | None, audited: bool) -> None:
         self.tool = tool
+        self.name = tool.name
         self.call_id = call_id
         self.args = args
         self.args_json = args_json
         self.digest = digest
         self.session_id = session_id
         self.audited = audited
-
-    @property
-    def name(self) -> str:
-        return self.tool.name
 
     def edited(self, args: dict[str, Any], args_json: str, digest: str) -> Call:
         """The same call with a human's edited arguments."""

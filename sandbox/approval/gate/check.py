@@ -10,13 +10,15 @@ call: fail closed. Nothing here touches the store or the audit log.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox.approval.gate.results import Blocked, NotRun, Outcome, Status
 from sandbox.approval.models import Decision
 from sandbox.approval.rules import Rule
-from sandbox.tools.base import BaseTool
+from sandbox.tools.base import BaseTool, confirmation_hint_text
 from sandbox.tools.context import ToolContext
 
 
@@ -38,7 +40,7 @@ class Stop:
     """The call ends here: ``state`` is recorded, ``result`` returned, ``event`` audited."""
 
     state: str
-    result: dict[str, Any]
+    result: Outcome
     event: str
 
 
@@ -53,27 +55,72 @@ async def refusal(tool: BaseTool, args: dict[str, Any]) -> Stop | None:
     try:
         blocked = await tool.precheck(args)
     except Exception as exc:  # a broken check must not let the call through
-        return Stop("error", {
-            "status": "error",
-            "error": f"{tool.name}: checking the call failed ({type(exc).__name__}: {exc});"
-                     " the tool was not run"}, "tool.failed")
+        return Stop("error", NotRun(
+            Status.ERROR, f"{tool.name}: checking the call failed ({type(exc).__name__}: "
+                          f"{exc}); the tool was not run"), "tool.failed")
     if blocked is not None:
-        return Stop("blocked", {"status": "blocked", **blocked}, "tool.blocked")
+        return Stop("blocked", Blocked(blocked), "tool.blocked")
     return None
+
+
+_NO_PRECHECK = BaseTool.precheck
+_NO_SUBJECTS = BaseTool.rule_subjects
+_NO_DETAILS = BaseTool.describe
+
+
+#: `FunctionTool.confirmation_hint` and `.check_require_confirmation`, once that module
+#: is loaded (not imported from here: a runner of other tools does without it).
+_FLAG_HOOK: list[Any] = []
+
+
+def _flag_hook() -> Any:
+    if not _FLAG_HOOK:
+        module = sys.modules.get("sandbox.tools.function")
+        if module is None:
+            return None
+        _FLAG_HOOK.extend((module.FunctionTool.confirmation_hint,
+                           module.FunctionTool.check_require_confirmation))
+    return _FLAG_HOOK[0]
+
+
+def known(tool: BaseTool) -> Verdict | None:
+    """`check`'s verdict when it is known without awaiting anything: the tool refuses
+    nothing (`BaseTool.precheck` as it is) and asks by a flag (a `FunctionTool` with
+    ``require_confirmation=True`` or ``False``, its hook as it is). None: `check` it."""
+    if getattr(tool.precheck, "__func__", None) is not _NO_PRECHECK:
+        return None
+    hook = getattr(tool.confirmation_hint, "__func__", None)
+    if hook is None or hook is not (_FLAG_HOOK[0] if _FLAG_HOOK else _flag_hook()):
+        return None
+    if getattr(tool.check_require_confirmation, "__func__", None) is not _FLAG_HOOK[1]:
+        return None  # a subclass's own predicate (ADK's hook): it is asked
+    flag = tool.require_confirmation  # type: ignore[attr-defined]
+    if flag is True:  # what FunctionTool's hook returns for the flag
+        ask = _STATIC_ASKS.get(tool.name)
+        if ask is None:
+            ask = Ask(confirmation_hint_text(tool.name), "static")
+            if len(_STATIC_ASKS) < 1024:
+                _STATIC_ASKS[tool.name] = ask
+        return ask
+    return PROCEED if flag is False else None
+
+
+#: The (immutable) verdict of a tool that always asks, per tool name.
+_STATIC_ASKS: dict[str, Ask] = {}
 
 
 async def check(tool: BaseTool, args: dict[str, Any], ctx: ToolContext) -> Verdict:
     """Precheck, then the predicate, for these (validated) arguments."""
-    stopped = await refusal(tool, args)
-    if stopped is not None:
-        return stopped
+    if getattr(tool.precheck, "__func__", None) is not _NO_PRECHECK:  # else: refuses nothing
+        stopped = await refusal(tool, args)
+        if stopped is not None:
+            return stopped
     try:
         hint = await tool.confirmation_hint(args, ctx)
     except Exception as exc:
-        return Stop("error", {
-            "status": "error",
-            "error": f"{tool.name}: require_confirmation failed ({type(exc).__name__}: "
-                     f"{exc}); the tool was not run"}, "tool.failed")
+        return Stop("error", NotRun(
+            Status.ERROR, f"{tool.name}: require_confirmation failed ({type(exc).__name__}: "
+                          f"{exc}); the tool was not run"), "tool.failed")
     if hint is None:
         return PROCEED
     return Ask(hint, ask_kind(tool))
@@ -86,6 +133,8 @@ def ask_kind(tool: BaseTool) -> str:
 
 def rule_subjects(tool: BaseTool, args: dict[str, Any]) -> tuple[tuple[str, ...], ...] | None:
     """The tool's parsed commands for a rule to cover; a failing parse covers nothing."""
+    if getattr(tool.rule_subjects, "__func__", None) is _NO_SUBJECTS:
+        return None  # BaseTool's: rules match on the tool and its exact arguments
     try:
         subjects = tool.rule_subjects(args)
     except Exception:
@@ -98,10 +147,13 @@ def rule_subjects(tool: BaseTool, args: dict[str, Any]) -> tuple[tuple[str, ...]
 def request_details(tool: BaseTool, args: dict[str, Any],
                     subjects: Sequence[Sequence[str]] | None) -> dict[str, Any]:
     """What a human asked about this call sees beside its arguments."""
-    try:
-        details = tool.describe(args)
-    except Exception:
-        details = {}
+    if getattr(tool.describe, "__func__", None) is _NO_DETAILS:
+        details: dict[str, Any] = {}  # BaseTool's: nothing to add
+    else:
+        try:
+            details = tool.describe(args)
+        except Exception:
+            details = {}
     if tool.description:  # what the tool does (the page shows it)
         details = {**details, "tool_description": tool.description[:2000]}
     if subjects is not None:

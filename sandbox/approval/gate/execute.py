@@ -9,7 +9,6 @@ record: a call is never started twice.
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +16,7 @@ import anyio
 
 from sandbox.approval.gate.call import Call
 from sandbox.approval.gate.journal import Transitions
-from sandbox.approval.gate.results import Awaiting, NotRun, Status
+from sandbox.approval.gate.results import Awaiting, NotRun, Outcome, Ran, Replayed, Status
 from sandbox.approval.store import CallRecord, Owner
 from sandbox.errors import DuplicateCallError
 from sandbox.tools.context import ToolConfirmation, ToolContext
@@ -31,35 +30,17 @@ class AskedInside:
     payload: Any
 
 
-class RunCapture:
-    """What one `ToolRunner` call did, for an adapter that must show a framework exactly
-    what the tool returned (not the contract's dict: a non-dict return value is wrapped
-    there as ``{"result": ...}``, and a replay is marked ``"replayed"``). Set it with
-    `CAPTURE` around the call (`sandbox.integrations.common.run_call` does)."""
-
-    __slots__ = ("ran", "replayed", "state", "value")
-
-    def __init__(self) -> None:
-        self.ran = False  # the tool ran in this call; ``value`` is its own return value
-        self.value: Any = None
-        self.replayed = False  # answered from the record of an earlier call
-        self.state: str | None = None  # the recorded state a replay answered from
-
-
-CAPTURE: ContextVar[RunCapture | None] = ContextVar("sandbox_run_capture", default=None)
-
-
 class Execution:
     def __init__(self, transitions: Transitions) -> None:
         self.transitions = transitions
 
     async def run(self, call: Call, confirmation: ToolConfirmation | None, ctx: ToolContext,
-                  *, claimed: bool) -> dict[str, Any] | AskedInside:
+                  *, claimed: bool) -> Outcome | AskedInside:
         t = self.transitions
         if not claimed:
             refused = await t.start(call)
             if refused is not None:
-                return refused.to_dict()
+                return refused
         ctx.tool_confirmation = confirmation
         ctx.gated = True
         try:
@@ -69,21 +50,17 @@ class Execution:
                 await t.in_doubt(call, "cancelled while running")
             raise
         except Exception as exc:
-            return await t.end(call, "failed", {
-                "status": "error",
-                "error": f"{call.name} raised {type(exc).__name__}: {exc}"}, "tool.failed")
+            return await t.end(call, "failed", NotRun(
+                Status.ERROR, f"{call.name} raised {type(exc).__name__}: {exc}"), "tool.failed")
         requested = ctx.take_confirmation_request()
         if requested is not None:
             return AskedInside(requested.hint, requested.payload)
-        capture = CAPTURE.get()
-        if capture is not None:
-            capture.ran, capture.value = True, result
-        if not isinstance(result, dict):
-            result = {"result": result}
-        await t.finish(call, result)
-        return result
+        ran = Ran(result if isinstance(result, dict) else {"result": result}, result)
+        if not t.finish_now(call, ran.result):
+            await t.finish(call, ran.result)
+        return ran
 
-    async def replay(self, rec: CallRecord, call: Call) -> dict[str, Any]:
+    async def replay(self, rec: CallRecord, call: Call) -> Outcome:
         """The recorded outcome of a call id used before (never a second run)."""
         if rec.session_id != call.session_id:
             # Another session's call: its outcome is that session's to read, and this
@@ -101,7 +78,7 @@ class Execution:
         if rec.state == "awaiting" and rec.request_id:
             req = await step(store.get_request, rec.request_id)
             if req.status == "pending":
-                return Awaiting(req.id, req.call_id, req.tool, req.hint).to_dict()
+                return Awaiting(req.id, req.call_id, req.tool, req.hint)
             rec = await step(store.get_call, rec.call_id)
         if rec.state == "started" and Owner.alive(rec.owner) is not True:
             # Dead here, or on another host (the store's sweep judges by its lease).
@@ -111,11 +88,8 @@ class Execution:
             return NotRun(Status.IN_DOUBT, (
                 f"call {rec.call_id} started but its process ended before recording the "
                 "outcome; it will not be run again. Check its effects, then make a new call "
-                "with a new call id if it is still needed"), rec.call_id).to_dict()
+                "with a new call id if it is still needed"), rec.call_id)
         if isinstance(rec.result, dict):
-            capture = CAPTURE.get()
-            if capture is not None:
-                capture.replayed, capture.state = True, rec.state
-            return {**rec.result, "replayed": True}
+            return Replayed(rec.result, rec.state)
         return NotRun(Status.RUNNING, f"call {rec.call_id} is already {rec.state}; it will "
-                      "not be started twice", rec.call_id).to_dict()
+                      "not be started twice", rec.call_id)

@@ -25,7 +25,7 @@ from sandbox.approval.gate.call import Call, Request
 from sandbox.approval.gate.consult import Failure
 from sandbox.approval.gate.journal import Transitions
 from sandbox.approval.gate.plan import Plan, plan
-from sandbox.approval.gate.results import NotRun, Status
+from sandbox.approval.gate.results import NotRun, Outcome, Status
 from sandbox.approval.models import Decision, canonical_json, digest_of
 from sandbox.errors import ConfigurationError
 from sandbox.tools.base import ToolArgumentError
@@ -34,7 +34,7 @@ from sandbox.tools.context import ToolConfirmation, ToolContext
 
 @dataclass(slots=True)
 class Ended:
-    result: dict[str, Any]
+    result: Outcome
 
 
 @dataclass(slots=True)
@@ -60,14 +60,15 @@ class Grants:
         decided = plan(answer, self.channel)
         refused = await self.transitions.decide(call, req, decided)
         if refused is not None:
-            return Ended(refused.to_dict())
+            return Ended(refused)
         return await self.decided(call, req, answer, decided, ctx)
 
     async def decided(self, call: Call, req: Request, answer: Decision | Failure,
                       decided: Plan, ctx: ToolContext) -> Next:
         """What comes after a decision the store has recorded."""
-        if decided.result is not None or isinstance(answer, Failure):
-            return Ended(decided.result or {})
+        if decided.result is not None:
+            return Ended(decided.result)
+        assert not isinstance(answer, Failure)  # a failure's plan ends the call
         if answer.outcome == "approve":
             if not decided.start:
                 await self.transitions.remember(
@@ -87,7 +88,7 @@ class Grants:
             message = exc.message if isinstance(exc, ToolArgumentError) else str(exc)
             return Ended(await t.end(call, "rejected", NotRun(
                 Status.REJECTED, f"The edited arguments are invalid: {message}. The tool "
-                "was not run.").to_dict(), "tool.rejected"))
+                "was not run."), "tool.rejected"))
         edited = call.edited(new_args, text, digest_of(tool.name, text))
         # The human approved the edited call: its confirmation predicate is not asked
         # again (that human is the answer), but no approval overrides a hard refusal.

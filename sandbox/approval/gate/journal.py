@@ -23,7 +23,7 @@ from sandbox.approval.gate.call import Asked, Call, Request, public
 from sandbox.approval.gate.consult import Failure
 from sandbox.approval.gate.offload import StoreSteps
 from sandbox.approval.gate.plan import Plan
-from sandbox.approval.gate.results import NotRun, Status
+from sandbox.approval.gate.results import NotRun, Outcome, Status
 from sandbox.approval.models import ConfirmationRequest, Decision, args_digest
 from sandbox.approval.providers import recorded_form
 from sandbox.approval.rules import Rule, RuleBook
@@ -145,10 +145,10 @@ class Transitions:
         return step() if not self.step.blocking and not self._batches else (
             await self._atomic(step))
 
-    async def open_and_end(self, call: Call, state: str, result: dict[str, Any],
-                           event: str) -> CallRecord | dict[str, Any]:
+    async def open_and_end(self, call: Call, state: str, result: Outcome,
+                           event: str) -> CallRecord | Outcome:
         """Open a call the gate stopped, and end it with ``result``."""
-        def step() -> CallRecord | dict[str, Any]:
+        def step() -> CallRecord | Outcome:
             rec = self._open(call)
             if rec is not None:
                 return rec
@@ -201,16 +201,14 @@ class Transitions:
         self.audit.emit("tool.rejected", tool=name, call_id=call_id, digest=digest,
                         reason=reason, **fields)
 
-    async def end(self, call: Call, state: str, result: dict[str, Any], event: str,
-                  ) -> dict[str, Any]:
+    async def end(self, call: Call, state: str, result: Outcome, event: str) -> Outcome:
         """End a call that did not run (blocked, failed, rejected, error) with ``result``."""
         return await self._atomic(lambda: self._end(call, state, result, event))
 
-    def _end(self, call: Call, state: str, result: dict[str, Any],
-             event: str) -> dict[str, Any]:
-        self.store.finish(call.call_id, state, result)
+    def _end(self, call: Call, state: str, result: Outcome, event: str) -> Outcome:
+        self.store.finish(call.call_id, state, result.to_dict())  # the record's form
         self.audit.emit(event, tool=call.name, call_id=call.call_id, digest=call.digest,
-                        error=result.get("error"))
+                        error=result.error)
         return result
 
     async def start(self, call: Call) -> NotRun | None:
@@ -232,30 +230,43 @@ class Transitions:
             self.audit.emit("tool.started", tool=call.name, call_id=call.call_id,
                             digest=call.digest)
 
+    def finish_now(self, call: Call, result: dict[str, Any]) -> bool:
+        """`finish` when it can be done right here, without waiting or slicing (a store
+        of this process, a short result): whether it was."""
+        if self.step.blocking or self._batches or not _short(result):
+            return False
+        self._finish(call, result, result)
+        return True
+
     async def finish(self, call: Call, result: dict[str, Any]) -> None:
         """Record the end of a call that ran."""
+        if self.finish_now(call, result):
+            return
         encoded = await dump_sliced(result)
 
         def step() -> None:
-            self.store.finish(call.call_id, "done", encoded)
-            if call.audited:
-                # A bash run under network="allowlist" also says what its egress proxy
-                # let through and refused (result["network"]).
-                network = result.get("network")
-                extra = {"network": network} if isinstance(network, dict) else {}
-                self.audit.emit("tool.finished", tool=call.name, call_id=call.call_id,
-                                digest=call.digest, error=result.get("error"), **extra)
+            self._finish(call, result, encoded)
 
         if not self.step.blocking and not self._batches:
             step()
         else:
             await self._atomic(step)
 
+    def _finish(self, call: Call, result: dict[str, Any], encoded: Any) -> None:
+        self.store.finish(call.call_id, "done", encoded)
+        if call.audited:
+            # A bash run under network="allowlist" also says what its egress proxy
+            # let through and refused (result["network"]).
+            network = result.get("network")
+            extra = {"network": network} if isinstance(network, dict) else {}
+            self.audit.emit("tool.finished", tool=call.name, call_id=call.call_id,
+                            digest=call.digest, error=result.get("error"), **extra)
+
     async def in_doubt(self, call: Call, reason: str) -> None:
         """The run was interrupted: its effects are unknown; it is never run again."""
         def step() -> None:
-            self.store.finish(call.call_id, "in_doubt",
-                              {"status": "in_doubt", "error": f"{reason}; effects unknown"})
+            self.store.finish(call.call_id, "in_doubt", NotRun(
+                Status.IN_DOUBT, f"{reason}; effects unknown").to_dict())
             self.audit.emit("tool.in_doubt", tool=call.name, call_id=call.call_id,
                             digest=call.digest, reason=reason)
 
@@ -385,7 +396,7 @@ class Transitions:
                 decided_by=decision.decided_by if decision is not None else None,
                 channel=(decision.channel if decision is not None else None) or plan.channel,
                 decision=None if decision is None else recorded_form(decision),
-                call_result=plan.result, start=plan.start)
+                call_result=_recorded_result(plan), start=plan.start)
         except ConfirmationStateError as exc:  # the grant could not be claimed
             judged.refusal = self._refusal(judged.call, req, plan, exc)
             return judged
@@ -403,7 +414,7 @@ class Transitions:
             decided_by=decision.decided_by if decision is not None else None,
             channel=(decision.channel if decision is not None else None) or plan.channel,
             decision=None if decision is None else recorded_form(decision),
-            call_result=plan.result, start=plan.start)
+            call_result=_recorded_result(plan), start=plan.start)
 
     def _refusal(self, call: Call, req: Request, plan: Plan,
                  exc: ConfirmationStateError) -> NotRun:
@@ -519,12 +530,22 @@ def _args_diff(old: dict[str, Any], new: dict[str, Any], new_digest: str) -> dic
 _SLICE_CHARS = 128 << 10
 
 
+def _short(result: Any) -> bool:
+    """Whether `dump_sliced` would return ``result`` as it is (no long strings)."""
+    if type(result) is not dict:
+        return True
+    chars = 0
+    for value in result.values():  # a loop, not sum(genexpr): this runs on every call
+        if type(value) is str:
+            chars += len(value)
+    return chars <= _SLICE_CHARS
+
+
 async def dump_sliced(result: Any) -> Any:
     """``result``, or for a dict holding long strings, the `Dumped` text the store's
     `dump` would make of it (the same text), built _SLICE_CHARS characters per loop
     step."""
-    if type(result) is not dict or sum(
-            len(v) for v in result.values() if type(v) is str) <= _SLICE_CHARS:
+    if _short(result):
         return result
     if not all(type(k) is str for k in result):
         return result
@@ -543,3 +564,8 @@ async def dump_sliced(result: Any) -> Any:
             parts.append(DUMP_ENCODER.encode(value))
     parts.append("}")
     return Dumped("".join(parts))
+
+
+def _recorded_result(plan: Plan) -> dict[str, Any] | None:
+    """The call's outcome as the store records it, when the decision ends the call."""
+    return None if plan.result is None else plan.result.to_dict()

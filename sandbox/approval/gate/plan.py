@@ -9,10 +9,9 @@ the decision can be recorded in the very store step that read the request.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sandbox.approval.gate.consult import Failure
-from sandbox.approval.gate.results import Denied, NotRun, Status
+from sandbox.approval.gate.results import Denied, NotRun, Outcome, Status
 from sandbox.approval.models import Decision
 
 
@@ -27,7 +26,7 @@ class Plan:
     decision: Decision | None
     channel: str | None
     #: The call's outcome when the decision ends it (denied, timed out, failed).
-    result: dict[str, Any] | None
+    result: Outcome | None
     #: An approval of scope "once" claims the grant in the same step.
     start: bool
 
@@ -36,15 +35,15 @@ def plan(answer: Decision | Failure, channel: str | None) -> Plan:
     if isinstance(answer, Failure):
         if answer.kind == "unavailable":
             return Plan("error", answer.kind, answer.message, None, channel, NotRun(
-                Status.REFUSED, f"{answer.message}. The tool was not run.").to_dict(), False)
+                Status.REFUSED, f"{answer.message}. The tool was not run."), False)
         status = "timed_out" if answer.kind == "timeout" else "error"
         verb = "timed out" if status == "timed_out" else "failed"
         return Plan(status, answer.kind, answer.message, None, channel, NotRun(
             Status(status), f"Confirmation {verb}: {answer.message}. The tool was not "
-            "run.").to_dict(), False)
+            "run."), False)
     if answer.outcome == "deny":
         reason = answer.reason or "no reason given"
-        return Plan("denied", "deny", reason, answer, None, Denied(reason).to_dict(), False)
+        return Plan("denied", "deny", reason, answer, None, Denied(reason), False)
     if answer.outcome == "approve":
         # Approving and claiming is one store step unless rules are saved in between.
         return Plan("approved", "approve", answer.reason, answer, None, None,

@@ -1,6 +1,12 @@
-"""What the gate returns when the tool did not run (or has not yet): typed outcomes, each
-with the dict ADK and the contract expect (`to_dict`). A tool's own result is returned
-as the tool gave it (a non-dict wrapped as ``{"result": ...}``)."""
+"""The outcome of a gated call: one typed value from the gate's first step to the boundary.
+
+Every part of the gate hands back an `Outcome`: the tool ran (`Ran`), an earlier call
+with this id is answered from its record (`Replayed`), the call waits for a human
+(`Awaiting`), or the gate ended it without running the tool (`Denied`, `Blocked`,
+`NotRun`). It becomes the contract's dict (`to_dict`) where it leaves the gate: the
+return value of `ToolRunner.call`/`resume`/`answer`/`park` and the adapters' results;
+the store records the dict form of an outcome that ends a call (`journal`).
+"""
 
 from __future__ import annotations
 
@@ -23,8 +29,69 @@ class Status(StrEnum):
     TIMED_OUT = "timed_out"
 
 
-@dataclass(frozen=True)
-class Awaiting:
+class Outcome:
+    """What became of one gated call. `to_dict` is the contract's dict (ADK's shapes):
+    the tool's own result when it ran, else ``{"status": ..., ...}``."""
+
+    __slots__ = ()
+
+    @property
+    def status(self) -> str | None:
+        """The gate's status, or None when the dict is the tool's own result."""
+        raise NotImplementedError
+
+    @property
+    def error(self) -> str | None:
+        """The gate's error text, when it ended the call without running it."""
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+@dataclass(slots=True)  # not frozen: made on every call, and frozen is slower
+class Ran(Outcome):
+    """The tool ran in this call. ``value`` is what it returned; ``result`` the
+    contract's dict of it (a dict as it is, anything else as ``{"result": value}``),
+    which is what the store recorded."""
+
+    result: dict[str, Any]
+    value: Any
+
+    @property
+    def status(self) -> str | None:
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.result
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed(Outcome):
+    """The call id was used before: its recorded result (in state ``state``), never a
+    second run. The dict is marked ``"replayed": True``."""
+
+    result: dict[str, Any]
+    state: str
+
+    @property
+    def status(self) -> str | None:
+        if self.state == "done":
+            return None
+        status = self.result.get("status")
+        return status if isinstance(status, str) else None
+
+    @property
+    def error(self) -> str | None:
+        error = self.result.get("error") if self.state != "done" else None
+        return error if isinstance(error, str) else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.result, "replayed": True}
+
+
+@dataclass(frozen=True, slots=True)
+class Awaiting(Outcome):
     """The call waits for a human: answer it with ``ToolRunner.resume(confirmation_id)``."""
 
     confirmation_id: str
@@ -32,6 +99,10 @@ class Awaiting:
     tool: str
     hint: str
     message: str | None = None
+
+    @property
+    def status(self) -> str | None:
+        return Status.AWAITING.value
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -46,27 +117,64 @@ class Awaiting:
         }
 
 
-@dataclass(frozen=True)
-class NotRun:
-    """The gate ended the call without running the tool (or cannot run it again)."""
+@dataclass(frozen=True, slots=True)
+class NotRun(Outcome):
+    """The gate ended the call without running the tool (or cannot run it again), or
+    the tool raised (``status`` error)."""
 
-    status: Status
-    error: str
+    code: Status
+    message: str
     call_id: str | None = None
 
+    @property
+    def status(self) -> str | None:
+        return self.code.value
+
+    @property
+    def error(self) -> str:
+        return self.message
+
     def to_dict(self) -> dict[str, Any]:
-        result: dict[str, Any] = {"status": self.status.value, "error": self.error}
+        result: dict[str, Any] = {"status": self.code.value, "error": self.message}
         if self.call_id is not None:
             result["call_id"] = self.call_id
         return result
 
 
-@dataclass(frozen=True)
-class Denied:
+@dataclass(frozen=True, slots=True)
+class Denied(Outcome):
     """A human (or a provider) denied the call, with a reason for the model."""
 
     reason: str
 
+    @property
+    def status(self) -> str | None:
+        return Status.DENIED.value
+
+    @property
+    def error(self) -> str:
+        return f"The user denied this call: {self.reason}"
+
     def to_dict(self) -> dict[str, Any]:
-        return {"status": Status.DENIED.value,
-                "error": f"The user denied this call: {self.reason}", "reason": self.reason}
+        return {"status": Status.DENIED.value, "error": self.error, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked(Outcome):
+    """The tool's own hard refusal (a blocked bash command): ``details`` is what its
+    `precheck` returned (the error, the rule, the reason)."""
+
+    details: dict[str, Any]
+
+    @property
+    def status(self) -> str | None:
+        status = self.to_dict().get("status")
+        return status if isinstance(status, str) else None
+
+    @property
+    def error(self) -> str | None:
+        error = self.details.get("error")
+        return str(error) if error else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": Status.BLOCKED.value, **self.details}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -670,3 +671,56 @@ class MemoryApprovalStore(ApprovalStore):
     def anchor_audit(self, log: str, count: int, last_hash: str) -> None:
         with self._lock:
             self._audit[log] = (count, last_hash)
+
+    # -- one step for an answer known before asking (the gate's fast path) -------------
+
+    def open_decided(
+        self, *, call_id: str, tool: str, digest: str, args_json: str,
+        session_id: str | None, hint: str, kind: str, expires_at: float | None,
+        details: dict[str, Any] | None, reason: str | None, decided_by: str | None,
+        channel: str | None, decision: dict[str, Any] | str,
+    ) -> str | None:
+        """`open_call`, `park` and `decide(status="approved", start=True)` one after the
+        other, under one lock: for an approval known before the request is parked (an
+        `AutoApprove`, or remembered rules). The same records and journal (new →
+        awaiting → approved → started) as those three steps; the request id, or None
+        with nothing recorded when those steps would not simply succeed (the call id
+        is known, or a bound on pending requests is reached): the caller then takes
+        them one by one, and meets whatever they say."""
+        now = time.time()
+        owner = Owner._token or Owner.token()
+        rid = new_id("cf")
+        details_text = dump(details) if details else _EMPTY_DETAILS
+        assert details_text is not None
+        decision_text = decision if isinstance(decision, str) else dump(decision)
+        with self._lock:
+            if self._closed:
+                self._check_open()
+            if call_id in self._calls or len(self._pending) >= self.max_pending:
+                return None
+            if session_id is not None and self.max_pending_per_session is not None and (
+                    sum(1 for r in self._pending.values() if r.session_id == session_id)
+                    >= self.max_pending_per_session):
+                return None
+            rec = _Call(call_id, tool, digest, args_json, owner, session_id, now)
+            req = _Request(rid, call_id, tool, args_json, digest, hint, None, kind,
+                           details_text, now, expires_at, None, session_id)
+            req.status = "approved"
+            req.decided = now
+            req.outcome = "approve"
+            req.reason = reason
+            req.decided_by = decided_by
+            req.channel = channel
+            req.decision = decision_text
+            rec.requests = (rid,)
+            rec.request_id = rid
+            rec.state = "started"  # the grant is claimed in this step: single use
+            rec.journal += (("awaiting", now, owner, rid),
+                            ("approved", now, owner, f"{rid} by {decided_by or channel}"),
+                            ("started", now, owner, digest))
+            self._calls[call_id] = rec
+            self._requests[rid] = req
+            self._opened += 1
+            if self.max_history is not None and self._opened % 1024 == 0:
+                self._prune(self.max_history)
+        return rid
