@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -37,6 +36,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+import tomllib
 
 from sandbox.bash.config import DEFAULTS as DEFAULT_PROTECTED
 from sandbox.bash.config import ConfinementRequest
@@ -78,11 +79,6 @@ from sandbox.bash.policy.values import (
 from sandbox.bash.syntax.model import ParsedScript
 from sandbox.bash.syntax.parse import parse
 from sandbox.errors import ConfigurationError, PolicyFileError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 __all__ = ["DEFAULT_ENV", "WRAPPERS", "BashToolPolicy", "Decision", "Evaluation", "PolicyDecision",
            "Rule"]

@@ -30,7 +30,6 @@ with ``program_specs = "builtin"`` and may add or replace its own (``[programs.N
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -38,14 +37,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import tomllib
+
 from sandbox.bash.syntax.model import Word
 from sandbox.bash.syntax.words import may_be_several
 from sandbox.errors import ConfigurationError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 __all__ = ["ProgramSpec", "SpecViolation", "builtin_specs", "check_spec", "runs_programs",
            "specs_from_mapping"]
