@@ -9,10 +9,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
-
-import anyio
-import anyio.abc
+from typing import TYPE_CHECKING, Any
 
 from sandbox.errors import ConfigurationError, PolicyFileError
 
@@ -21,6 +18,10 @@ from sandbox.errors import ConfigurationError, PolicyFileError
 EXIT_BLOCKED = 126  # "found but cannot execute": the policy refused it
 EXIT_NOT_APPROVED = 125  # denied, or the approval failed or timed out
 EXIT_TIMED_OUT = 124  # as timeout(1)
+
+if TYPE_CHECKING:
+    import anyio
+    import anyio.abc
 
 
 def register(sub: Any) -> None:
@@ -189,6 +190,8 @@ def _run(args: argparse.Namespace) -> int:
         else:
             print(f"sandbox run: {problem}", file=sys.stderr)
         return 2
+    import anyio
+
     result = anyio.run(_call_with_status, runner, command, asking)
     if "signal" in result:
         # Ctrl-C, SIGTERM, SIGHUP: the command's tree is already killed.
@@ -268,6 +271,8 @@ async def _call_with_status(runner: Any, command: str,
                             asking: _Asking | None = None) -> dict[str, Any]:
     """Run the call; on a terminal, show how long the command has been running (not
     while a human is being asked: the prompt says it is waiting for an answer)."""
+    import anyio
+
     result: dict[str, Any] = {}
     show = sys.stderr.isatty()
 

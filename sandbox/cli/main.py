@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import sqlite3
 import sys
 import traceback
 from collections.abc import Sequence
@@ -78,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (SandboxError, OSError, sqlite3.Error) as exc:
+    except _reported() as exc:
         # Each command explains its own errors; this catches what slipped through, so a
         # user sees one sentence, never a traceback.
         if os.environ.get(DEBUG_ENV):
@@ -116,6 +115,14 @@ def _unrecognized(parser: argparse.ArgumentParser, words: list[str], extra: list
             hints.append(f"did you mean {close[0]}?")
     message = f"unrecognized arguments: {' '.join(extra)}"
     target.error(message + (" (" + "; ".join(hints) + ")" if hints else ""))
+
+
+def _reported() -> tuple[type[BaseException], ...]:
+    """The errors `main` reports in one sentence. sqlite3.Error only once sqlite3 was
+    imported (by the command that raised it): importing it here would cost every
+    command that never opens a store."""
+    sqlite3 = sys.modules.get("sqlite3")
+    return (SandboxError, OSError) + ((sqlite3.Error,) if sqlite3 is not None else ())
 
 
 def _sentence(exc: BaseException) -> str:
