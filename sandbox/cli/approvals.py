@@ -7,7 +7,6 @@ identity ``$USER``); the process that holds the tool applies them.
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
 import shlex
@@ -196,6 +195,8 @@ def _run(args: argparse.Namespace, fn: Any) -> int:
 
 
 def _who() -> str:
+    import getpass
+
     try:
         return os.environ.get("USER") or getpass.getuser()
     except (KeyError, OSError):

@@ -11,7 +11,6 @@ import argparse
 import importlib
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 
 DEBUG_ENV = "SANDBOX_DEBUG"
@@ -81,11 +80,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Each command explains its own errors; this catches what slipped through, so a
         # user sees one sentence, never a traceback.
         if os.environ.get(DEBUG_ENV):
+            import traceback
+
             traceback.print_exc()
         print(f"{command}: {_sentence(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:
         if os.environ.get(DEBUG_ENV):
+            import traceback
+
             traceback.print_exc()
         print(f"{command}: internal error ({type(exc).__name__}: {exc}); this is a bug in "
               f"sandbox, please report it (set {DEBUG_ENV}=1 to see where it happened)",
