@@ -115,3 +115,18 @@ def test_errors_of_a_store_are_still_one_sentence(monkeypatch: pytest.MonkeyPatc
     assert cli_main.main(["boom"]) == 2
     err = capsys.readouterr().err
     assert "sandbox boom: database is locked" in err and "internal error" not in err
+
+
+def test_sandbox_run_reserves_no_next_run(tmp_path: Path) -> None:
+    # One command, then the process exits: runs reserved ahead for a next command
+    # (cgroups, TMPDIRs, zygotes) would only be made to be discarded at exit.
+    code = ("import sys; sys.argv = ['sandbox', 'run', '--approve', 'auto', '--', 'true']\n"
+            "from sandbox.cli.main import main\n"
+            "code = main()\n"
+            "from sandbox.bash.run import process\n"
+            "print('reserved', sum(len(held) for held in process._reservations.values()))\n"
+            "raise SystemExit(code)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=100, stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "reserved 0"
