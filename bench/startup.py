@@ -116,13 +116,14 @@ def _cpu() -> float:
     return used.ru_utime + used.ru_stime
 
 
-def _whole(argv: list[str], cwd: Path) -> Callable[[], dict[str, float]]:
+def _whole(argv: list[str], cwd: Path, env: dict[str, str] = ENV
+           ) -> Callable[[], dict[str, float]]:  # fmt: skip
     """Time one fresh process running argv to its exit."""
 
     def run() -> dict[str, float]:
         cpu = _cpu()
         started = time.perf_counter()
-        done = subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL, env=ENV,
+        done = subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL, env=env,
                               capture_output=True, timeout=120, check=False)
         took = (time.perf_counter() - started) * 1e3
         if done.returncode != 0:
@@ -133,13 +134,14 @@ def _whole(argv: list[str], cwd: Path) -> Callable[[], dict[str, float]]:
     return run
 
 
-def _first_call(code: str, workspace: Path, pause: float) -> Callable[[], dict[str, float]]:
+def _first_call(code: str, workspace: Path, pause: float, env: dict[str, str] = ENV
+                ) -> Callable[[], dict[str, float]]:  # fmt: skip
     def run() -> dict[str, float]:
         cpu = _cpu()
         started = time.perf_counter()
         done = subprocess.run([PYTHON, "-c", code, str(workspace), str(pause)], cwd=workspace,
                               stdin=subprocess.DEVNULL, capture_output=True, timeout=120,
-                              env=ENV, check=False)
+                              env=env, check=False)
         took = (time.perf_counter() - started) * 1e3
         cpu = _cpu() - cpu
         if done.returncode != 0:
@@ -153,14 +155,15 @@ def _first_call(code: str, workspace: Path, pause: float) -> Callable[[], dict[s
     return run
 
 
-def _mcp_initialize(workspace: Path) -> Callable[[], dict[str, float]]:
+def _mcp_initialize(workspace: Path, env: dict[str, str] = ENV
+                    ) -> Callable[[], dict[str, float]]:  # fmt: skip
     argv = [str(BIN / "sandbox"), "mcp", "--policy", "readonly", "--workspace", str(workspace)]
     message = (json.dumps(INIT) + "\n").encode()
 
     def run() -> dict[str, float]:
         cpu = _cpu()
         started = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=workspace, stdin=subprocess.PIPE, env=ENV,
+        proc = subprocess.Popen(argv, cwd=workspace, stdin=subprocess.PIPE, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert proc.stdin is not None and proc.stdout is not None
         try:
@@ -216,6 +219,10 @@ def main() -> None:
     parser.add_argument("--pause", type=float, default=0.2,
                         help="seconds between construct and first call in the paused rows")
     parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="also run the sandbox rows with the package in DIR (a checkout "
+                             "of another commit: DIR/sandbox), interleaved in the same "
+                             "rounds, each printed under its row as '(baseline)'")
     args = parser.parse_args()
 
     workspace = _project()
@@ -234,6 +241,16 @@ def main() -> None:
         if adk:
             variants["adk"] = _first_call(ADK_FIRST_CALL, workspace, 0.0)
             variants["adk-paused"] = _first_call(ADK_FIRST_CALL, workspace, args.pause)
+        if args.baseline:
+            base = {**ENV, "PYTHONPATH": str(Path(args.baseline).resolve())}
+            variants.update({
+                "import@base": _whole([PYTHON, "-c", "import sandbox"], workspace, base),
+                "run@base": _whole([str(BIN / "sandbox"), "run", "--approve", "auto", "--",
+                                    "true"], workspace, base),
+                "ours@base": _first_call(OURS_FIRST_CALL, workspace, 0.0, base),
+                "ours-paused@base": _first_call(OURS_FIRST_CALL, workspace, args.pause, base),
+                "mcp@base": _mcp_initialize(workspace, base),
+            })
         if not args.no_peers:
             variants.update(_peers(workspace))
         for fn in variants.values():  # warm the page cache and the .pyc files
@@ -271,7 +288,12 @@ def main() -> None:
           f"{sys.version.split()[0]}; load average {os.getloadavg()[0]:.2f}; "
           f"{os.cpu_count()} CPUs)")
     print(f"  {'':58} {'median ms':>9} {'p90 ms':>8} {'- floor':>8} {'CPU ms':>7}  goal")
+    shown: list[tuple[str, tuple[str, str], float | None]] = []
     for label, key, goal in rows:
+        shown.append((label, key, goal))
+        if (key[0] + "@base", key[1]) in samples:
+            shown.append(("  (baseline)", (key[0] + "@base", key[1]), None))
+    for label, key, goal in shown:
         xs = samples.get(key)
         if not xs:
             continue
