@@ -162,6 +162,11 @@ def _run(args: argparse.Namespace) -> int:
     command = _command(args, "run")
     if command is None:
         return 2
+    from sandbox.bash.run import warm
+
+    # The spawner starts now, in a process of its own, while this one imports the policy
+    # and the gate: the command runs through it (sandbox/bash/run/warm.py).
+    warm.spawner_ahead()
     try:
         policy = _load_policy(args.policy, "run")
         from sandbox.bash import ExecuteBashTool

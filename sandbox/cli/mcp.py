@@ -182,7 +182,6 @@ def build_gate(args: argparse.Namespace) -> Any:
     from sandbox.approval.store import open_store
     from sandbox.audit import AuditLog
     from sandbox.errors import ConfigurationError
-    from sandbox.integrations.mcp import GatedToolServer
 
     tools = []
     if args.approval_timeout is None or not args.approval_timeout > 0:
@@ -211,6 +210,10 @@ def build_gate(args: argparse.Namespace) -> Any:
 
         provider = AutoDeny("this MCP server refuses every call that needs approval "
                             "(--approvals deny)")
+    # The MCP SDK last (hundreds of ms to import): the bash tool, built above, has started its
+    # spawner and probes meanwhile (sandbox/bash/run/warm.py).
+    from sandbox.integrations.mcp import GatedToolServer
+
     return GatedToolServer(tools, provider=provider, elicitation=not args.no_elicitation,
                            approval_timeout=args.approval_timeout, store=store,
                            audit=AuditLog(args.audit) if args.audit else AuditLog(),

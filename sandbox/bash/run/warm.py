@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 
-__all__ = ["ahead"]
+__all__ = ["ahead", "spawner_ahead"]
 
-_warmed_in: int | None = None  # the pid of the process warmed (or being warmed)
+# What was started, by the pid of the process it was started in ("spawner", "probes").
+_started: dict[str, int] = {}
 _lock = threading.Lock()
 
 
@@ -35,24 +37,45 @@ def _forget_the_parents_lock() -> None:
 os.register_at_fork(after_in_child=_forget_the_parents_lock)
 
 
-def ahead(*, confined: bool) -> None:
-    """Start the spawner and the probes in a daemon thread, once per process.
-    ``confined``: the tool's commands run under OS confinement (then its layers are
-    probed too). Returns at once; never raises."""
-    global _warmed_in
+def _first(step: str) -> bool:
+    """Whether `step` is to be started in this process (then it counts as started)."""
     with _lock:
-        if _warmed_in == os.getpid():
-            return
-        _warmed_in = os.getpid()
+        if _started.get(step) == os.getpid():
+            return False
+        _started[step] = os.getpid()
+        return True
+
+
+def _start(step: str, target: Callable[..., None], *args: object) -> None:
     try:
-        # Two threads: each mostly waits for processes (the spawner's start-up, test
-        # children), so on two cores they take the time of the longer one.
-        threading.Thread(target=_spawner, name="sandbox-warm-spawner", daemon=True).start()
-        threading.Thread(target=_probes, args=(confined,), name="sandbox-warm-probes",
+        threading.Thread(target=target, args=args, name=f"sandbox-warm-{step}",
                          daemon=True).start()
     except RuntimeError:  # no thread to be had (interpreter shutting down): the run does it
         with _lock:
-            _warmed_in = None
+            _started.pop(step, None)
+
+
+def ahead(*, confined: bool) -> None:
+    """Start the spawner and the probes, once per process, each in a daemon thread
+    (each mostly waits for processes: the spawner's start-up, test children; on two
+    cores they take the time of the longer one). ``confined``: the tool's commands run
+    under OS confinement (then its layers are probed too). Returns at once; never
+    raises."""
+    if _first("spawner"):
+        _start("spawner", _spawner)
+    if _first("probes"):
+        _start("probes", _probes, confined)
+
+
+def spawner_ahead() -> None:
+    """Only the spawner, before any tool is built: for `sandbox run`, which imports the
+    policy and the gate first (the spawner starts meanwhile, in a process of its own).
+    Its module is imported here, in the caller's thread, so that the thread imports
+    nothing while the caller goes on importing."""
+    from sandbox.bash.linux import spawner  # noqa: F401
+
+    if _first("spawner"):
+        _start("spawner", _spawner)
 
 
 def _spawner() -> None:

@@ -88,3 +88,19 @@ if pid == 0:
 _, status = os.waitpid(pid, 0)
 assert os.waitstatus_to_exitcode(status) == 0, status
 """)
+
+
+def test_the_spawner_started_ahead_of_the_tool_is_the_one_it_uses(tmp_path: Path) -> None:
+    # `sandbox run` starts the spawner before it imports the policy; the tool built
+    # later starts no other one, and still has the probes done.
+    _run(tmp_path, r"""
+calls = []
+real = warm._spawner
+warm._spawner = lambda: (calls.append(1), real())[1]
+warm.spawner_ahead()
+until(lambda: Spawner._shared is not None)
+pid = Spawner._shared.pid
+ExecuteBashTool(workspace=workspace)
+until(lambda: confinement._detected is not None)
+assert calls == [1] and Spawner.shared().pid == pid, (calls, pid)
+""")
