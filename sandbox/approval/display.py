@@ -14,9 +14,10 @@ import json
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sandbox.approval.models import ConfirmationRequest
+if TYPE_CHECKING:  # annotations only: the bash tool imports this module (its highlighter)
+    from sandbox.approval.models import ConfirmationRequest
 
 # Characters that are not control characters by category but can still change what a
 # line looks like: zero-width characters, bidi marks and overrides, line separators.

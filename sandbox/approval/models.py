@@ -25,6 +25,11 @@ Scope = Literal["once", "session", "always"]
 RuleScope = Literal["session", "always"]
 RuleKind = Literal["command", "args", "tool"]
 
+# Every model here defers building its validator (pydantic's schema work, ~10 ms a model)
+# to its first use (`defer_build`): a process that never makes a rule or a request
+# (`sandbox check`, a call needing no confirmation) never pays for it. Fields,
+# validation and serialisation are those declared, built or not.
+
 
 # One encoder for every call (what `json.dumps` with these options builds each time).
 _CANONICAL = json.JSONEncoder(
@@ -65,7 +70,7 @@ def digest_of(tool: str, args_json: str) -> str:
 class ConfirmationRequest(BaseModel):
     """One question to a human: may this exact call run?"""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     id: str
     call_id: str
@@ -92,7 +97,7 @@ class RulePattern(BaseModel):
     ``curl`` alone: a shorter or open-ended rule is only made when a human chose it.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     words: tuple[str, ...] = Field(min_length=1)
     prefix: bool = False
@@ -108,7 +113,7 @@ class Remember(BaseModel):
     ``ttl``: seconds until the rule expires; None takes the default for its scope.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     patterns: tuple[RulePattern, ...] | None = None
     tool_wide: bool = False
@@ -118,7 +123,7 @@ class Remember(BaseModel):
 class Decision(BaseModel):
     """A provider's answer. Build it with `Decision.approve()`, `.deny(reason)`, `.edit(args)`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     outcome: Outcome
     reason: str | None = None
@@ -178,7 +183,7 @@ class Decision(BaseModel):
 class Rule(BaseModel):
     """One remembered decision, as stored and listed."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     id: str
     tool: str

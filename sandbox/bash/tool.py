@@ -20,6 +20,7 @@ from sandbox.bash.config import ConfinementRequest
 from sandbox.bash.config import resolve_patterns as resolve_protected
 from sandbox.bash.network.allowlist import Allowlist
 from sandbox.bash.policy.evaluate import BashToolPolicy, PolicyDecision
+from sandbox.bash.run import warm
 from sandbox.bash.run.gitguard import guard_readable_paths, guarded_env
 from sandbox.bash.run.process import (
     Limits,
@@ -113,6 +114,9 @@ class ExecuteBashTool(BaseTool):
             max_file_size_bytes=policy.max_file_size_bytes,
             max_child_processes=policy.max_child_processes,
         )
+        # The spawner and the probes, started now (once per process) so that the first
+        # command does not wait for them (sandbox/bash/run/warm.py).
+        warm.ahead(confined=policy.confinement != "none")
 
     def _decide_privileges(self, wanted: bool | None) -> bool:
         """Whether commands run as an unprivileged user.

@@ -7,19 +7,13 @@ identity ``$USER``); the process that holds the tool applies them.
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sandbox.approval.display import escape_text, render_args, rule_subjects_of, visible_details
-from sandbox.approval.explain import explain
-from sandbox.approval.models import ConfirmationRequest, Decision, Remember, RulePattern
-from sandbox.approval.rules import Rule, RuleBook, check_patterns
-from sandbox.approval.store import ApprovalStore, open_store
 from sandbox.errors import (
     ConfigurationError,
     ConfirmationStateError,
@@ -29,6 +23,15 @@ from sandbox.errors import (
     UnknownConfirmationError,
     UnknownRuleError,
 )
+
+if TYPE_CHECKING:
+    from sandbox.approval.models import ConfirmationRequest, Decision, Remember, RulePattern
+    from sandbox.approval.rules import Rule
+    from sandbox.approval.store import ApprovalStore
+
+# The approval machinery (pydantic models, the store) is imported by the handlers that
+# use it, not here: `sandbox --help` and every other command import this module to
+# register its subcommands.
 
 STORE_ENV = "SANDBOX_STORE"
 DEFAULT_STORE = "approvals.db"
@@ -136,6 +139,8 @@ def _action(actions: Any, name: str, help_text: str, example: str, *,
 # -- handlers ----------------------------------------------------------------------------
 
 def _open_store(args: argparse.Namespace, *, create: bool = False) -> ApprovalStore:
+    from sandbox.approval.store import open_store
+
     ref = args.store or os.environ.get(STORE_ENV) or DEFAULT_STORE
     if "://" in ref:  # postgresql://: the server says whether it exists
         try:
@@ -190,6 +195,8 @@ def _run(args: argparse.Namespace, fn: Any) -> int:
 
 
 def _who() -> str:
+    import getpass
+
     try:
         return os.environ.get("USER") or getpass.getuser()
     except (KeyError, OSError):
@@ -261,6 +268,8 @@ def _submit(args: argparse.Namespace, build: Any) -> int:
 
 
 def _approve(args: argparse.Namespace) -> int:
+    from sandbox.approval.models import Decision
+
     def build(req: ConfirmationRequest) -> Decision:
         if args.scope == "once":
             if args.prefix or args.tool_wide:
@@ -274,6 +283,10 @@ def _approve(args: argparse.Namespace) -> int:
 
 def _remember(req: ConfirmationRequest, prefixes: list[str] | None,
               tool_wide: bool) -> Remember | None:
+    from sandbox.approval.display import rule_subjects_of
+    from sandbox.approval.models import Remember, RulePattern
+    from sandbox.approval.rules import check_patterns
+
     subjects = rule_subjects_of(req)
     if tool_wide:
         if subjects is not None:
@@ -301,11 +314,15 @@ def _remember(req: ConfirmationRequest, prefixes: list[str] | None,
 
 
 def _deny(args: argparse.Namespace) -> int:
+    from sandbox.approval.models import Decision
+
     return _submit(args, lambda req: Decision.deny(args.reason, decided_by=_who(),
                                                    channel="cli"))
 
 
 def _edit(args: argparse.Namespace) -> int:
+    from sandbox.approval.models import Decision
+
     def build(req: ConfirmationRequest) -> Decision:
         if args.command is not None:
             if not isinstance(req.args.get("command"), str):
@@ -323,6 +340,8 @@ def _edit(args: argparse.Namespace) -> int:
 
 
 def _rules(args: argparse.Namespace) -> int:
+    from sandbox.approval.rules import RuleBook
+
     def go() -> dict[str, Any]:
         with _open_store(args) as store:
             rules = RuleBook(store).rules(include_inactive=args.all)
@@ -332,6 +351,8 @@ def _rules(args: argparse.Namespace) -> int:
 
 
 def _revoke(args: argparse.Namespace) -> int:
+    from sandbox.approval.rules import RuleBook
+
     def go() -> dict[str, Any]:
         with _open_store(args) as store:
             try:
@@ -345,6 +366,9 @@ def _revoke(args: argparse.Namespace) -> int:
 # -- presentation ----------------------------------------------------------------------
 
 def _request_json(req: ConfirmationRequest, answered: bool) -> dict[str, Any]:
+    from sandbox.approval.display import render_args, rule_subjects_of, visible_details
+    from sandbox.approval.explain import explain
+
     return {
         "id": req.id, "call_id": req.call_id, "tool": req.tool, "args": req.args,
         "args_shown": render_args(req.args), "hint": req.hint, "kind": req.kind,
@@ -357,6 +381,9 @@ def _request_json(req: ConfirmationRequest, answered: bool) -> dict[str, Any]:
 
 
 def _request_text(req: ConfirmationRequest, answered: bool) -> str:
+    from sandbox.approval.display import escape_text, render_args, visible_details
+    from sandbox.approval.explain import explain
+
     lines = [f"{req.id}  {escape_text(req.tool)}" + ("  [answered, not applied yet]"
                                                     if answered else "")]
     lines.append("  " + render_args(req.args).replace("\n", "\n  "))
@@ -385,6 +412,8 @@ def _rule_json(rule: Rule) -> dict[str, Any]:
 
 
 def _rule_text(rule: Rule) -> str:
+    from sandbox.approval.display import escape_text
+
     where = "session " + (rule.session_id or "") if rule.scope == "session" else "always"
     return (f"{rule.id}  [{rule.state}] {escape_text(rule.describe())}  ({where}; expires "
             f"{rule.expires_at.isoformat(timespec='seconds')}; used {rule.uses}x; by "

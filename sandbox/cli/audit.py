@@ -9,8 +9,6 @@ import os
 import sys
 from typing import Any
 
-from sandbox.audit import verify_audit
-
 
 def register(sub: Any) -> None:
     audit = sub.add_parser(
@@ -36,6 +34,8 @@ def register(sub: Any) -> None:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from sandbox.audit import verify_audit
+
     store = None
     if args.store is not None:
         from sandbox.approval.store import open_store

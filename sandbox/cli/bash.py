@@ -9,10 +9,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
-
-import anyio
-import anyio.abc
+from typing import TYPE_CHECKING, Any
 
 from sandbox.errors import ConfigurationError, PolicyFileError
 
@@ -21,6 +18,10 @@ from sandbox.errors import ConfigurationError, PolicyFileError
 EXIT_BLOCKED = 126  # "found but cannot execute": the policy refused it
 EXIT_NOT_APPROVED = 125  # denied, or the approval failed or timed out
 EXIT_TIMED_OUT = 124  # as timeout(1)
+
+if TYPE_CHECKING:
+    import anyio
+    import anyio.abc
 
 
 def register(sub: Any) -> None:
@@ -162,6 +163,11 @@ def _run(args: argparse.Namespace) -> int:
     command = _command(args, "run")
     if command is None:
         return 2
+    from sandbox.bash.run import warm
+
+    # The spawner starts now, in a process of its own, while this one imports the policy
+    # and the gate: the command runs through it (sandbox/bash/run/warm.py).
+    warm.spawner_ahead()
     try:
         policy = _load_policy(args.policy, "run")
         from sandbox.bash import ExecuteBashTool
@@ -191,6 +197,11 @@ def _run(args: argparse.Namespace) -> int:
         else:
             print(f"sandbox run: {problem}", file=sys.stderr)
         return 2
+    import anyio
+
+    from sandbox.bash.run import process
+
+    process.reserve_ahead = False  # one command, then this process exits
     result = anyio.run(_call_with_status, runner, command, asking)
     if "signal" in result:
         # Ctrl-C, SIGTERM, SIGHUP: the command's tree is already killed.
@@ -270,6 +281,8 @@ async def _call_with_status(runner: Any, command: str,
                             asking: _Asking | None = None) -> dict[str, Any]:
     """Run the call; on a terminal, show how long the command has been running (not
     while a human is being asked: the prompt says it is waiting for an answer)."""
+    import anyio
+
     result: dict[str, Any] = {}
     show = sys.stderr.isatty()
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import sqlite3
 import sys
-import traceback
 from collections.abc import Sequence
 
 DEBUG_ENV = "SANDBOX_DEBUG"
@@ -78,15 +76,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (SandboxError, OSError, sqlite3.Error) as exc:
+    except _reported() as exc:
         # Each command explains its own errors; this catches what slipped through, so a
         # user sees one sentence, never a traceback.
         if os.environ.get(DEBUG_ENV):
+            import traceback
+
             traceback.print_exc()
         print(f"{command}: {_sentence(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:
         if os.environ.get(DEBUG_ENV):
+            import traceback
+
             traceback.print_exc()
         print(f"{command}: internal error ({type(exc).__name__}: {exc}); this is a bug in "
               f"sandbox, please report it (set {DEBUG_ENV}=1 to see where it happened)",
@@ -116,6 +118,14 @@ def _unrecognized(parser: argparse.ArgumentParser, words: list[str], extra: list
             hints.append(f"did you mean {close[0]}?")
     message = f"unrecognized arguments: {' '.join(extra)}"
     target.error(message + (" (" + "; ".join(hints) + ")" if hints else ""))
+
+
+def _reported() -> tuple[type[BaseException], ...]:
+    """The errors `main` reports in one sentence. sqlite3.Error only once sqlite3 was
+    imported (by the command that raised it): importing it here would cost every
+    command that never opens a store."""
+    sqlite3 = sys.modules.get("sqlite3")
+    return (SandboxError, OSError) + ((sqlite3.Error,) if sqlite3 is not None else ())
 
 
 def _sentence(exc: BaseException) -> str:

@@ -9,15 +9,9 @@ configuration: a host shows the server's stderr in its log, and otherwise only s
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib
-import importlib.util
-import inspect
-import ipaddress
 import os
-import secrets
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +128,8 @@ def _run(args: argparse.Namespace) -> int:
     token = args.token or os.environ.get(TOKEN_ENV) or ""
     generated = not token
     if generated:
+        import secrets
+
         token = secrets.token_urlsafe(32)
 
     def ready(url: str) -> None:
@@ -171,6 +167,8 @@ def _http_address(args: argparse.Namespace) -> tuple[str, int]:
 
 
 def _is_loopback(host: str) -> bool:
+    import ipaddress
+
     if host == "localhost":
         return True
     try:
@@ -184,7 +182,6 @@ def build_gate(args: argparse.Namespace) -> Any:
     from sandbox.approval.store import open_store
     from sandbox.audit import AuditLog
     from sandbox.errors import ConfigurationError
-    from sandbox.integrations.mcp import GatedToolServer
 
     tools = []
     if args.approval_timeout is None or not args.approval_timeout > 0:
@@ -213,6 +210,10 @@ def build_gate(args: argparse.Namespace) -> Any:
 
         provider = AutoDeny("this MCP server refuses every call that needs approval "
                             "(--approvals deny)")
+    # The MCP SDK last (hundreds of ms to import): the bash tool, built above, has started its
+    # spawner and probes meanwhile (sandbox/bash/run/warm.py).
+    from sandbox.integrations.mcp import GatedToolServer
+
     return GatedToolServer(tools, provider=provider, elicitation=not args.no_elicitation,
                            approval_timeout=args.approval_timeout, store=store,
                            audit=AuditLog(args.audit) if args.audit else AuditLog(),
@@ -293,6 +294,8 @@ def load_tools(spec: str) -> list[Any]:
         except AttributeError:
             raise ConfigurationError(
                 f"--tools {spec!r}: {where} has no attribute {attr!r}") from None
+    import inspect
+
     from sandbox.tools.base import BaseTool
     from sandbox.tools.function import FunctionTool
 
@@ -312,6 +315,9 @@ def load_tools(spec: str) -> list[Any]:
 
 
 def _import_file(spec: str, source: str) -> Any:
+    import hashlib
+    import importlib.util
+
     from sandbox.errors import ConfigurationError
 
     path = Path(source).expanduser()
@@ -341,6 +347,8 @@ def _import_file(spec: str, source: str) -> Any:
 
 def _import_failure(spec: str, exc: BaseException) -> str:
     """One readable paragraph for an exception raised by the user's tools code."""
+    import traceback
+
     frames = traceback.extract_tb(exc.__traceback__)
     ours = str(Path(__file__).resolve().parent.parent)
     user = [f for f in frames if not f.filename.startswith(ours)

@@ -16,8 +16,6 @@ from json.encoder import c_make_encoder as _c_make_encoder  # type: ignore[attr-
 from json.encoder import encode_basestring as _encode_basestring
 from typing import Any
 
-import psutil  # type: ignore[import-untyped, unused-ignore]
-
 from sandbox.approval.models import ConfirmationRequest
 from sandbox.approval.store.states import PRUNABLE, TERMINAL
 from sandbox.errors import ConfirmationStateError, StoreError
@@ -91,6 +89,8 @@ class Owner:
         token = cls._token
         if token:  # dropped in a forked child (below), so never the parent's
             return token
+        import psutil  # type: ignore[import-untyped, unused-ignore]  # ~10 ms, when used
+
         pid = os.getpid()
         start = psutil.Process(pid).create_time()
         cls._pid, cls._token = pid, f"{host_id()}:{pid}:{start:.3f}"
@@ -112,6 +112,8 @@ class Owner:
             return None
         if host != host_id():
             return None
+        import psutil  # type: ignore[import-untyped, unused-ignore]
+
         try:
             proc = psutil.Process(pid)
             if proc.status() == psutil.STATUS_ZOMBIE:

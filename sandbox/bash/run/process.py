@@ -876,7 +876,7 @@ async def run_bash(
             "failed; run `sandbox doctor` to see what works here"
         )
 
-    if reservable:
+    if reservable and reserve_ahead:
         _reserve_soon(signature, plan_request)
     if limits.max_child_processes is None:
         nproc = None
@@ -962,6 +962,10 @@ _RESERVED_PER_SIGNATURE = 2
 _reservation_lock = threading.Lock()
 _reservations_taken = 0  # how many runs took one (for tests and benchmarks)
 _last_signature: tuple[Any, ...] | None = None  # of the last run that could take one
+# Whether a run reserves the next ones like it. A process that runs one command and
+# exits (`sandbox run`) turns it off: its reservations would be made (trees, TMPDIRs,
+# zygotes) only to be discarded at its exit.
+reserve_ahead = True
 # A reservation whose zygote has not been offered by then is made again.
 _RESERVATION_PATIENCE = 2.0
 
