@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 from sandbox._lazy import exports
 
 if TYPE_CHECKING:
-    from sandbox.approval.store.base import MAX_PENDING_PER_SESSION, ApprovalStore, open_store
+    from sandbox.approval.store.base import MAX_PENDING_PER_SESSION, StoreBase
     from sandbox.approval.store.memory import MemoryApprovalStore
+    from sandbox.approval.store.opening import ApprovalStore, open_store
     from sandbox.approval.store.postgres import PostgresApprovalStore
     from sandbox.approval.store.protocol import MAX_PAGE, Page, StoreProtocol
     from sandbox.approval.store.records import CallRecord, Owner, new_id
@@ -23,6 +24,9 @@ __getattr__, __dir__ = exports(
     {
         "sandbox.approval.store.base": (
             "MAX_PENDING_PER_SESSION",
+            "StoreBase",
+        ),
+        "sandbox.approval.store.opening": (
             "ApprovalStore",
             "open_store",
         ),
@@ -58,6 +62,7 @@ __all__ = [
     "PostgresApprovalStore",
     "RequestStatus",
     "SQLiteApprovalStore",
+    "StoreBase",
     "StoreProtocol",
     "new_id",
     "open_store",

@@ -22,7 +22,7 @@ from typing import Any
 
 from sandbox.approval.models import ConfirmationRequest, Rule, canonical_json
 from sandbox.approval.providers import parse_answer
-from sandbox.approval.store.base import MAX_PENDING_PER_SESSION, ApprovalStore
+from sandbox.approval.store.base import MAX_PENDING_PER_SESSION, StoreBase
 from sandbox.approval.store.protocol import Page
 from sandbox.approval.store.records import (
     HUMAN_OUTCOMES,
@@ -125,7 +125,7 @@ class _Request:
         ))
 
 
-class MemoryApprovalStore(ApprovalStore):
+class MemoryApprovalStore(StoreBase):
     """The approval store of a single process, kept in memory (no SQLite).
 
     Same methods, semantics and errors as `ApprovalStore`; every operation holds one

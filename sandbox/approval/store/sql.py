@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 
 from sandbox.approval.models import ConfirmationRequest, canonical_json
 from sandbox.approval.providers import parse_answer
-from sandbox.approval.store.base import ApprovalStore
+from sandbox.approval.store.base import StoreBase
 from sandbox.approval.store.protocol import Page
 from sandbox.approval.store.records import (
     HUMAN_OUTCOMES,
@@ -105,7 +105,7 @@ def _beat(ref: weakref.ref[SQLApprovalStore], owner: str, closing: threading.Eve
         del store
 
 
-class SQLApprovalStore(SQLRules, ApprovalStore):
+class SQLApprovalStore(SQLRules, StoreBase):
     """What the SQL backends share. Not constructed directly."""
 
     #: The database clock as epoch seconds, in this dialect.
