@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sandbox.approval.models import ConfirmationRequest, Rule, canonical_json
-from sandbox.approval.providers import parse_answer
+from sandbox.approval.store.answers import parse_answer
 from sandbox.approval.store.base import MAX_PENDING_PER_SESSION, StoreBase
 from sandbox.approval.store.protocol import Page
 from sandbox.approval.store.records import (

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from sandbox.approval.models import ConfirmationRequest, canonical_json
-from sandbox.approval.providers import parse_answer
+from sandbox.approval.store.answers import parse_answer
 from sandbox.approval.store.base import StoreBase
 from sandbox.approval.store.protocol import Page
 from sandbox.approval.store.records import (
