@@ -54,10 +54,10 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from sandbox.approval.models import ConfirmationRequest, Rule, canonical_json
+from sandbox.approval.store import decisions
 from sandbox.approval.store.base import MAX_PENDING_PER_SESSION
 from sandbox.approval.store.pg_schema import MIGRATIONS, SCHEMA_VERSION
 from sandbox.approval.store.records import (
-    HUMAN_OUTCOMES,
     CallRecord,
     Owner,
     checked_bounds,
@@ -575,16 +575,11 @@ class PostgresApprovalStore(SQLApprovalStore):
         if code == 4:
             return None
         if code == 1:
-            raise ConfirmationStateError(
-                f"{n} confirmation requests are already pending (max_pending="
-                f"{self.max_pending}); answer or expire some, or raise max_pending")
+            raise decisions.too_many_pending(n, self.max_pending)
         if code == 3:
-            raise ConfirmationStateError(
-                f"session {session_id} already has {n} confirmation requests pending "
-                f"(max_pending_per_session={self.max_pending_per_session}); answer or "
-                "expire some first")
-        raise ConfirmationStateError(
-            f"call {call_id} cannot wait for confirmation: it is not in progress here")
+            assert session_id is not None  # (the session's cap is checked only with one)
+            raise decisions.session_full(session_id, n, self.max_pending_per_session)
+        raise decisions.not_parkable(call_id)
 
     def active_rules(self, tool: str, session_id: str | None, now: float) -> list[Rule]:
         with self._lock:
@@ -663,7 +658,7 @@ class PostgresApprovalStore(SQLApprovalStore):
         owner = Owner.token()
         self._hold(owner)
         decision_text = decision if isinstance(decision, str) else dump(decision)
-        call_state = {"approved": "approved", "edited": "editing"}.get(status, status)
+        call_state, granted = decisions.call_state(status)
         e = expect[1:9] + expect[10:] if expect is not None else (None,) * 12
         wrote = self._inline_wrote
         try:
@@ -673,9 +668,9 @@ class PostgresApprovalStore(SQLApprovalStore):
                 "?, ?, ?, ?::boolean, ?, ?, ?::boolean, ?, ?, ?, ?::boolean, ?::boolean, "
                 "?, ?, ?, ?, ?, ?, ?, ?, ?::float8, ?::float8, ?, ?)",
                 (_TX_LOCK, self._key, self._inline and not wrote, request_id, status, now,
-                 outcome, reason, decided_by, channel, decision_text, outcome in HUMAN_OUTCOMES,
-                 self._channel, call_state, status == "approved", owner,
-                 dump(call_result), f"{request_id} by {decided_by or channel}",
+                 outcome, reason, decided_by, channel, decision_text,
+                 outcome in decisions.HUMAN_OUTCOMES, self._channel, call_state, granted, owner,
+                 dump(call_result), decisions.decision_note(request_id, decided_by, channel),
                  bool(start and status == "approved"), expect is not None, *e)).fetchone()
         except self._pg.Error as exc:
             if getattr(exc, "sqlstate", None) != "SB001":
