@@ -20,6 +20,7 @@ from sandbox.approval.explain import explain
 from sandbox.approval.models import ConfirmationRequest, Decision, Remember, RulePattern
 from sandbox.approval.rules import Rule, RuleBook, check_patterns
 from sandbox.approval.store import ApprovalStore, open_store
+from sandbox.approval.store.capabilities import location
 from sandbox.errors import (
     ConfigurationError,
     ConfirmationStateError,
@@ -216,7 +217,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not is_loopback(args.host):
         print(f"WARNING: listening on {args.host}: other machines can reach this page; "
               "anyone with the token can approve calls", file=sys.stderr)
-    print(f"Approvals page for {store.path or getattr(store, 'url', 'the store')}: "
+    print(f"Approvals page for {location(store) or 'the store'}: "
           f"{server.url}", flush=True)
     print("The token in that address is required on every request; keep it private. "
           "Ctrl-C stops.", flush=True)

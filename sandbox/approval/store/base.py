@@ -6,7 +6,6 @@ name).
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -32,15 +31,6 @@ class StoreBase(StoreProtocol):
     @property
     def blocking(self) -> bool:
         return self.path is not None
-
-    #: Whether `batch` does anything (a backend whose commits cost more than its
-    #: statements groups a step's operations in one transaction).
-    batches = False
-
-    def batch(self) -> contextlib.AbstractContextManager[None]:
-        """One transaction for the several operations of one gate step, where the
-        backend has one; each operation stays atomic by itself inside it."""
-        return contextlib.nullcontext()
 
     def __enter__(self) -> StoreBase:
         return self

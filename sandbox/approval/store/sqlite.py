@@ -261,12 +261,10 @@ class SQLiteApprovalStore(SQLApprovalStore):
     def _tx(self) -> _Transaction:
         return _Transaction(self)
 
-    #: `batch` groups operations (a SQLite commit costs more than a statement).
-    batches = True
-
     def batch(self) -> _Batch:
-        """One transaction (one commit) for the several operations of one gate step;
-        see `_Batch`."""
+        """One transaction (one commit) for the several operations of one gate step
+        (`capabilities.Batching`: a SQLite commit costs more than a statement); see
+        `_Batch`."""
         return _Batch(self)
 
     def run_now(self, body: Callable[[], T]) -> tuple[bool, T | None]:
