@@ -123,7 +123,17 @@ def open_store(ref: str | os.PathLike[str] | StoreBase | None = None,
 
 class _OpensStores(type):
     """`ApprovalStore`'s type: calling it opens a store (`open_store`), and every
-    backend's store is an instance of it."""
+    backend's store is an instance of it. A class that derives from it (a backend of
+    the user's own, as before) derives from `StoreBase` instead: an ordinary class."""
+
+    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any],
+                **kwargs: Any) -> type:
+        if any(isinstance(base, _OpensStores) for base in bases):
+            bases = tuple(StoreBase if isinstance(base, _OpensStores) else base
+                          for base in bases)
+            meta: Callable[..., type] = type(StoreBase)  # (StoreProtocol's)
+            return meta(name, bases, namespace, **kwargs)
+        return super().__new__(mcs, name, bases, namespace, **kwargs)
 
     def __call__(cls, ref: Any = None, /, **options: Any) -> StoreBase:
         return open_store(ref, **options)

@@ -100,6 +100,23 @@ def test_isinstance_and_issubclass_hold_for_every_backend_and_nothing_else() -> 
     assert not isinstance("approvals.db", ApprovalStore)
 
 
+def test_a_store_class_of_the_users_own_may_still_derive_from_approval_store() -> None:
+    class Mine(ApprovalStore):  # type: ignore[misc, valid-type]
+        path = None
+
+        def __init__(self, label: str) -> None:
+            self.label = label
+
+        def in_doubt(self) -> list[Any]:
+            return ["checked"]
+
+    mine = Mine("x")
+    assert type(mine) is Mine and mine.label == "x"
+    assert isinstance(mine, ApprovalStore) and isinstance(mine, StoreBase)
+    assert issubclass(Mine, StoreBase) and mine.sweep() == ["checked"]  # StoreBase's
+    assert open_store(mine) is mine
+
+
 def test_a_runner_opens_its_store_path(tmp_path: Path) -> None:
     runner = ToolRunner([], store_path=tmp_path / "r.db")
     assert isinstance(runner.store, SQLiteApprovalStore)
