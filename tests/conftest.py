@@ -37,10 +37,10 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _sqlite_new(cls: type[ApprovalStore], *args: Any, **kwargs: Any) -> ApprovalStore:
+def _sqlite_memory(ref: None, **options: Any) -> ApprovalStore:
     from sandbox.approval.store import SQLiteApprovalStore
 
-    return object.__new__(SQLiteApprovalStore if cls is ApprovalStore else cls)
+    return SQLiteApprovalStore(":memory:", **options)
 
 
 @pytest.fixture(params=("memory", "sqlite-memory"))
@@ -52,7 +52,9 @@ def store_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     to be SQLite in memory, as it was before the memory backend existed.
     """
     if request.param == "sqlite-memory":
-        monkeypatch.setattr(ApprovalStore, "__new__", staticmethod(_sqlite_new))
+        from sandbox.approval.store import opening
+
+        monkeypatch.setitem(opening.OPENERS, "memory", _sqlite_memory)
     probe = ApprovalStore()
     assert isinstance(probe, MemoryApprovalStore) == (request.param == "memory")
     probe.close()

@@ -210,6 +210,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"sandbox approvals serve needs the web extra ({exc.name} is missing): "
               "pip install 'sandbox[web]'", file=sys.stderr)
         return 2
+    from sandbox.approval.store.capabilities import location
     try:
         store = _open_store(args, create=args.create)
     except _Exit as exc:
@@ -223,7 +224,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not is_loopback(args.host):
         print(f"WARNING: listening on {args.host}: other machines can reach this page; "
               "anyone with the token can approve calls", file=sys.stderr)
-    print(f"Approvals page for {store.path or getattr(store, 'url', 'the store')}: "
+    print(f"Approvals page for {location(store) or 'the store'}: "
           f"{server.url}", flush=True)
     print("The token in that address is required on every request; keep it private. "
           "Ctrl-C stops.", flush=True)

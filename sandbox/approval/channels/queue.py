@@ -26,6 +26,7 @@ import anyio.to_thread
 from sandbox.approval.models import ConfirmationRequest, Decision
 from sandbox.approval.providers import OnTimeout, _check_timeout, parse_answer
 from sandbox.approval.store import ApprovalStore, open_store
+from sandbox.approval.store.capabilities import location
 from sandbox.errors import ConfigurationError, ConfirmationStateError, ConfirmationTimedOutError
 
 #: With a notifying store, the longest wait between two looks at the store.
@@ -160,5 +161,5 @@ class QueueConfirmationProvider:
                 self._results[rid] = _Closed("timed_out")
 
     def __repr__(self) -> str:
-        where = self.store.path or getattr(self.store, "url", None) or ":memory:"
+        where = location(self.store) or ":memory:"
         return f"{type(self).__name__}(store={where}, name={self.name!r})"

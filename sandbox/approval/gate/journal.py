@@ -28,6 +28,12 @@ from sandbox.approval.models import ConfirmationRequest, Decision, args_digest
 from sandbox.approval.providers import recorded_form
 from sandbox.approval.rules import Rule, RuleBook
 from sandbox.approval.store import ApprovalStore, CallRecord
+from sandbox.approval.store.capabilities import (
+    Batching,
+    DecidesParked,
+    OpensAndParks,
+    RunsNow,
+)
 from sandbox.approval.store.records import DUMP_ENCODER, Dumped
 from sandbox.audit import AuditLog
 from sandbox.errors import (
@@ -80,20 +86,23 @@ class Transitions:
         self.audit = audit
         self.rules = rules
         self.step = StoreSteps(store)
-        self._batches = bool(getattr(store, "batches", False))
+        # The store's optional capabilities (store/capabilities.py). A store whose
+        # commits cost more than its statements groups a step's operations (SQLite).
+        self._batch = store.batch if isinstance(store, Batching) else None
+        self._batches = self._batch is not None
         # A SQLite file (or PostgreSQL over a unix socket) runs a step right here when
         # that cannot wait (`run_now`).
         self._now: Callable[[Callable[[], Any]], tuple[bool, Any]] | None = (
-            getattr(store, "run_now", None) if self.step.blocking else None)
+            store.run_now if self.step.blocking and isinstance(store, RunsNow) else None)
         # A store that opens a call and parks its request in one operation (PostgreSQL:
         # one round trip instead of two).
         self._open_and_park: Callable[..., CallRecord | tuple[str, float]] | None = (
-            getattr(store, "open_and_park", None))
+            store.open_and_park if isinstance(store, OpensAndParks) else None)
         # A store that remembers the requests it parked and records a decision judged
         # on one only while the stored request is still exactly it (PostgreSQL: the
         # read and the decision of `read_and_decide` in one round trip).
-        self._parked_request: Callable[[str], ConfirmationRequest | None] | None = (
-            getattr(store, "parked_request", None))
+        self._decides_parked: DecidesParked | None = (
+            store if isinstance(store, DecidesParked) else None)
 
     async def _in_step(self, body: Callable[[], T]) -> T:
         return body() if not self.step.blocking else await self.step(body)
@@ -104,9 +113,9 @@ class Transitions:
         without waiting (and no audit sink, which may wait on a file lock), else on the
         store's worker thread."""
         if not self.step.blocking:
-            if not self._batches:
+            if self._batch is None:
                 return body()
-            with self.store.batch():
+            with self._batch():
                 return body()
         if self._now is not None and not self.audit.enabled:
             done, result = self._now(body)
@@ -117,9 +126,9 @@ class Transitions:
     def _batched(self, body: Callable[[], T]) -> Callable[[], T]:
         """``body`` (several store operations) in one transaction, where the store's
         commits cost more than its statements (`ApprovalStore.batch`)."""
-        if not self._batches:
+        batch = self._batch
+        if batch is None:
             return body
-        batch = self.store.batch
 
         def batched() -> T:
             with batch():
@@ -349,7 +358,7 @@ class Transitions:
         make the decision, and record it: one store step. ``judge`` must not touch the
         store or the audit; what it refused is audited here."""
         def step() -> Judged:
-            if self._parked_request is not None and not with_answer:
+            if self._decides_parked is not None and not with_answer:
                 fast = self._decide_parked(confirmation_id, judge)
                 if fast is not None:
                     return fast
@@ -378,8 +387,8 @@ class Transitions:
         the request as this store parked it, and recorded only if the stored one is
         still exactly that (and pending). None, with nothing written or audited, for
         anything else: the caller then reads, judges and records as usual."""
-        assert self._parked_request is not None
-        req = self._parked_request(confirmation_id)
+        assert self._decides_parked is not None
+        req = self._decides_parked.parked_request(confirmation_id)
         if req is None:
             return None
         try:
@@ -391,7 +400,7 @@ class Transitions:
             return None
         decision = plan.decision
         try:
-            done = self.store.decide_parked(  # type: ignore[attr-defined]
+            done = self._decides_parked.decide_parked(
                 req.id, status=plan.status, outcome=plan.outcome, reason=plan.reason,
                 decided_by=decision.decided_by if decision is not None else None,
                 channel=(decision.channel if decision is not None else None) or plan.channel,

@@ -1,17 +1,13 @@
-"""`ApprovalStore`: the base every backend derives from, and `open_store`, which opens
-a store from a reference.
-
-``ApprovalStore()`` is a `MemoryApprovalStore`; ``ApprovalStore(path)`` and
-``ApprovalStore(":memory:")`` are a `SQLiteApprovalStore`. What the backends share is
-written once here, in terms of the Protocol's operations only.
+"""`StoreBase`: what every approval store backend derives from, written once in terms of
+the Protocol's operations only. A leaf: it imports no backend (`open_store`, in
+store/opening.py, is what picks one for a reference, and `ApprovalStore` is its public
+name).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox.approval.models import ConfirmationRequest
 from sandbox.approval.store.protocol import MAX_PAGE, StoreProtocol
@@ -22,29 +18,21 @@ from sandbox.errors import StoreError
 MAX_PENDING_PER_SESSION = 1_000
 
 
-class ApprovalStore(StoreProtocol):
-    """An approval store. Construct one with `open_store` or ``ApprovalStore(ref)``."""
+class StoreBase(StoreProtocol):
+    """The base of every approval store backend (`MemoryApprovalStore`,
+    `SQLiteApprovalStore`, `PostgresApprovalStore`). Open one with `open_store` or
+    ``ApprovalStore(ref)``; ``isinstance(store, ApprovalStore)`` is true of each."""
 
-    def __new__(cls, path: str | os.PathLike[str] | None = None,
-                **kwargs: Any) -> ApprovalStore:
-        if cls is ApprovalStore:
-            return object.__new__(_backend_for(path))
-        return object.__new__(cls)
+    if TYPE_CHECKING:
+        # What ``ApprovalStore(ref, **options)`` accepts (`open_store`'s arguments), as
+        # the type checker sees it: there `ApprovalStore` is this class.
+        def __init__(self, ref: Any = None, /, **options: Any) -> None: ...
 
     @property
     def blocking(self) -> bool:
         return self.path is not None
 
-    #: Whether `batch` does anything (a backend whose commits cost more than its
-    #: statements groups a step's operations in one transaction).
-    batches = False
-
-    def batch(self) -> contextlib.AbstractContextManager[None]:
-        """One transaction for the several operations of one gate step, where the
-        backend has one; each operation stays atomic by itself inside it."""
-        return contextlib.nullcontext()
-
-    def __enter__(self) -> ApprovalStore:
+    def __enter__(self) -> StoreBase:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -86,39 +74,3 @@ class ApprovalStore(StoreProtocol):
     def _check_page(limit: int) -> None:
         if not 1 <= limit <= MAX_PAGE:
             raise StoreError(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
-
-
-def _backend_for(ref: str | os.PathLike[str] | None) -> type[ApprovalStore]:
-    if ref is None:
-        from sandbox.approval.store.memory import MemoryApprovalStore
-
-        return MemoryApprovalStore
-    text = str(ref)
-    if text.startswith(("postgresql:", "postgres:")):
-        from sandbox.approval.store.postgres import PostgresApprovalStore, redacted
-
-        if not text.startswith(("postgresql://", "postgres://")):
-            raise StoreError(f"{redacted(text)}: a PostgreSQL store is named by a URL, "
-                             "postgresql://user@host/database")
-        return PostgresApprovalStore
-    if "://" in text:
-        raise StoreError(
-            f"{text.split('://', 1)[0]}://…: unknown kind of approval store; use a SQLite "
-            "file path, ':memory:', or a postgresql:// URL")
-    from sandbox.approval.store.sqlite import SQLiteApprovalStore
-
-    return SQLiteApprovalStore
-
-
-def open_store(ref: str | os.PathLike[str] | None = None, **options: Any) -> ApprovalStore:
-    """Open the store a reference names: None (memory, this process), ``":memory:"``
-    (SQLite in memory), a file path (SQLite, shared by the processes of one host) or a
-    ``postgresql://`` URL (PostgreSQL, shared by many hosts; ``pip install
-    'sandbox[postgres]'``).
-
-    ``options`` go to the backend (``max_pending``, ``max_pending_per_session``, ...).
-    """
-    backend = _backend_for(ref)
-    if ref is None:
-        return backend(**options)
-    return backend(ref, **options)

@@ -22,31 +22,22 @@ from collections.abc import Sequence
 from typing import Any
 
 from sandbox.approval.models import ConfirmationRequest, Rule, canonical_json
-from sandbox.approval.providers import parse_answer
-from sandbox.approval.store.base import MAX_PENDING_PER_SESSION, ApprovalStore
+from sandbox.approval.store import decisions
+from sandbox.approval.store.base import MAX_PENDING_PER_SESSION, StoreBase
 from sandbox.approval.store.protocol import Page
 from sandbox.approval.store.records import (
-    HUMAN_OUTCOMES,
     PRUNABLE_STATES,
     CallRecord,
     Owner,
-    check_waiting_answer,
     checked_bounds,
     clock,
     dt,
     dump,
     new_id,
     request_from_row,
-    timed_out_message,
 )
 from sandbox.approval.store.states import HELD, IN_PROGRESS, PARKABLE, allowed
-from sandbox.errors import (
-    ConfirmationStateError,
-    ConfirmationTimedOutError,
-    StoreError,
-    UnknownCallError,
-    UnknownConfirmationError,
-)
+from sandbox.errors import StoreError
 
 _PRUNABLE = PRUNABLE_STATES
 _OPEN_STATES = IN_PROGRESS
@@ -126,7 +117,7 @@ class _Request:
         ))
 
 
-class MemoryApprovalStore(ApprovalStore):
+class MemoryApprovalStore(StoreBase):
     """The approval store of a single process, kept in memory (no SQLite).
 
     Same methods, semantics and errors as `ApprovalStore`; every operation holds one
@@ -245,9 +236,7 @@ class MemoryApprovalStore(ApprovalStore):
             rec = self._calls.get(call_id)
             found = None if rec is None else rec.record()
         if found is None:
-            raise UnknownCallError(
-                f"unknown call id {call_id!r}: no call with this id was made through this store"
-            )
+            raise decisions.unknown_call(call_id)
         return found
 
     def start(self, call_id: str, digest: str) -> bool:
@@ -290,7 +279,7 @@ class MemoryApprovalStore(ApprovalStore):
             self._check_open()
             rec = self._calls.get(call_id)
             if rec is None or rec.state != "editing" or rec.owner != owner:
-                raise ConfirmationStateError(f"call {call_id} is no longer being edited here")
+                raise decisions.not_editing(call_id)
             rec.grant_digest = digest
             rec.run_args = text
             self._set_state(rec, "approved", now, digest)
@@ -339,23 +328,15 @@ class MemoryApprovalStore(ApprovalStore):
             self._check_open()
             count = len(self._pending)
             if count >= self.max_pending:
-                raise ConfirmationStateError(
-                    f"{count} confirmation requests are already pending (max_pending="
-                    f"{self.max_pending}); answer or expire some, or raise max_pending"
-                )
+                raise decisions.too_many_pending(count, self.max_pending)
             if session_id is not None and self.max_pending_per_session is not None:
                 mine = sum(1 for r in self._pending.values() if r.session_id == session_id)
                 if mine >= self.max_pending_per_session:
-                    raise ConfirmationStateError(
-                        f"session {session_id} already has {mine} confirmation requests "
-                        f"pending (max_pending_per_session={self.max_pending_per_session}); "
-                        "answer or expire some first")
+                    raise decisions.session_full(session_id, mine, self.max_pending_per_session)
             rec = self._calls.get(call_id)
             if rec is None or rec.state not in PARKABLE or (
                     rec.owner != owner):
-                raise ConfirmationStateError(
-                    f"call {call_id} cannot wait for confirmation: it is not in progress here"
-                )
+                raise decisions.not_parkable(call_id)
             req = _Request(rid, call_id, tool, text, digest, hint, payload_text, kind,
                            details_text, now, expires_at, edited_from, session_id)
             self._requests[rid] = req
@@ -386,25 +367,19 @@ class MemoryApprovalStore(ApprovalStore):
             self._check_open()
             req = self._requests.get(request_id)
             if req is None:
-                raise UnknownConfirmationError(
-                    f"unknown confirmation id {request_id!r}: it was never issued by this "
-                    "store (check the id, and that you opened the same store file)"
-                )
+                raise decisions.unknown_request(request_id, deciding=True)
             waiting_answer = self._answers.get(request_id)
-            if waiting_answer is not None and outcome in HUMAN_OUTCOMES \
+            if waiting_answer is not None and outcome in decisions.HUMAN_OUTCOMES \
                     and req.status == "pending":
-                check_waiting_answer(request_id, outcome, waiting_answer[0],
-                                      waiting_answer[1] or waiting_answer[2])
-            if req.status == "pending" and (req.expires is None or now <= req.expires):
+                decisions.check_waiting_answer(request_id, outcome, waiting_answer[0],
+                                           waiting_answer[1] or waiting_answer[2])
+            if decisions.decidable(req.status, req.expires, now):
                 rec = self._calls.get(req.call_id)
                 waiting = rec is not None and rec.state == "awaiting" and (
                     rec.request_id == request_id)
                 if start and status == "approved" and not waiting:
-                    # Nothing is recorded: the SQLite store rolls this decision back.
-                    raise ConfirmationStateError(
-                        f"call {req.call_id} of confirmation {request_id} is no longer "
-                        "waiting for it; nothing was run"
-                    )
+                    # Nothing is recorded: the SQL stores roll this decision back.
+                    raise decisions.not_waiting(req.call_id, request_id)
                 self._m_decide(req, now, owner, status=status, outcome=outcome,
                                reason=reason, decided_by=decided_by, channel=channel,
                                decision=decision_text, call_result=result_text)
@@ -412,16 +387,9 @@ class MemoryApprovalStore(ApprovalStore):
                     claimed = self._m_claim(req.call_id, req.digest, owner, now)
                     assert claimed  # approved just now, under this lock
                 return
-            if req.status == "timed_out":
-                raise ConfirmationTimedOutError(timed_out_message(req.public()))
-            if req.status != "pending":
-                who = req.decided_by or req.channel or "another decider"
-                raise ConfirmationStateError(
-                    f"confirmation {request_id} was already answered ({req.status}, by {who}); "
-                    "a confirmation is answered once and a grant is used once"
-                )
-            expired = req.expires is not None and now > req.expires and (
-                status in ("approved", "denied", "edited"))
+            expired = decisions.late_decision(
+                request_id, current=req.status, expires=req.expires, now=now, status=status,
+                decided_by=req.decided_by, channel=req.channel)
             if expired:
                 self._m_expire(req, now)
             else:
@@ -429,7 +397,7 @@ class MemoryApprovalStore(ApprovalStore):
                                reason=reason, decided_by=decided_by, channel=channel,
                                decision=decision_text, call_result=result_text)
         if expired:
-            raise ConfirmationTimedOutError(timed_out_message(req.public()))
+            raise decisions.timed_out(request_id, req.expires)
 
     def _m_decide(self, req: _Request, now: float, owner: str, *, status: str,
                   outcome: str | None, reason: str | None, decided_by: str | None,
@@ -444,78 +412,57 @@ class MemoryApprovalStore(ApprovalStore):
         rid = req.id
         del self._pending[rid]
         self._answers.pop(rid, None)  # an answer waiting to be applied is moot now
-        if status == "approved":
-            call_state, grant = "approved", req.digest
-        elif status == "edited":
-            call_state, grant = "editing", None
-        else:
-            call_state, grant = status, None
+        call_state, granted = decisions.call_state(status)
         rec = self._calls.get(req.call_id)
         if rec is not None and rec.state == "awaiting" and rec.request_id == rid:
-            rec.grant_digest = grant
+            rec.grant_digest = req.digest if granted else None
             rec.owner = owner
             rec.result = call_result
-            self._set_state(rec, call_state, now, f"{rid} by {decided_by or channel}")
+            self._set_state(rec, call_state, now,
+                            decisions.decision_note(rid, decided_by, channel))
 
     def _m_expire(self, req: _Request, now: float) -> None:
         req.status = "timed_out"
         req.decided = now
-        req.outcome = "timeout"
-        req.reason = "expired before an answer"
+        req.outcome = decisions.TIMEOUT_OUTCOME
+        req.reason = decisions.TIMEOUT_REASON
         rid = req.id
         self._pending.pop(rid, None)
         self._answers.pop(rid, None)
         rec = self._calls.get(req.call_id)
         if rec is not None and rec.state == "awaiting" and rec.request_id == rid:
-            rec.result = dump({"status": "timed_out", "error": f"Confirmation timed out: "
-                                f"{rid} expired before anyone answered it. The tool was not run."})
-            self._set_state(rec, "timed_out", now, f"{rid} expired")
+            rec.result = dump(decisions.timed_out_result(rid))
+            self._set_state(rec, "timed_out", now, decisions.expiry_note(rid))
 
     # -- answers from other channels ----------------------------------------------------
 
     def submit_answer(self, request_id: str, decision: Any, *,
                       decided_by: str | None = None, channel: str | None = None) -> None:
-        checked = parse_answer(decision, channel=channel or "answer")
-        if decided_by is not None and checked.decided_by is None:
-            checked = checked.model_copy(update={"decided_by": decided_by})
-        text = canonical_json(checked.model_dump(mode="json", exclude_none=True))
+        text = decisions.answer_text(decision, decided_by=decided_by, channel=channel)
         now = clock()
         with self._lock:
             self._check_open()
             req = self._requests.get(request_id)
             if req is None:
-                raise UnknownConfirmationError(
-                    f"unknown confirmation id {request_id!r}: it was never issued by this store"
-                )
-            if req.status == "timed_out":
-                raise ConfirmationTimedOutError(timed_out_message(req.public()))
-            if req.status != "pending":
-                raise ConfirmationStateError(
-                    f"confirmation {request_id} was already answered ({req.status})"
-                )
-            expired = req.expires is not None and now > req.expires
+                raise decisions.unknown_request(request_id)
+            expired = not decisions.answerable(request_id, current=req.status,
+                                           expires=req.expires, now=now)
             if expired:
                 self._m_expire(req, now)
             else:
                 if request_id in self._answers:
-                    raise ConfirmationStateError(
-                        f"confirmation {request_id} already has an answer waiting to be "
-                        "applied; a confirmation is answered once"
-                    )
+                    raise decisions.answer_waiting(request_id)
                 self._answers[request_id] = (text, decided_by, channel, now)
                 rec = self._calls.get(req.call_id)
                 if rec is not None:
                     rec.journal += (("answered", now, None,
-                                     f"{request_id} by {decided_by or channel}"),)
+                                     decisions.decision_note(request_id, decided_by, channel)),)
         if expired:
-            raise ConfirmationTimedOutError(timed_out_message(req.public()))
+            raise decisions.timed_out(request_id, req.expires)
 
     @staticmethod
     def _answer(raw: tuple[str, str | None, str | None, float]) -> dict[str, Any]:
-        decision = dict(json.loads(raw[0]))
-        decision.setdefault("decided_by", raw[1])
-        decision.setdefault("channel", raw[2])
-        return {k: v for k, v in decision.items() if v is not None}
+        return decisions.answer_view(raw[0], raw[1], raw[2])
 
     def get_answer(self, request_id: str) -> dict[str, Any] | None:
         with self._lock:
@@ -554,9 +501,7 @@ class MemoryApprovalStore(ApprovalStore):
             req = self._requests.get(request_id)
             found = None if req is None else req.public()
         if found is None:
-            raise UnknownConfirmationError(
-                f"unknown confirmation id {request_id!r}: it was never issued by this store"
-            )
+            raise decisions.unknown_request(request_id)
         return found
 
     def request_decision(self, request_id: str) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from sandbox.approval.models import ConfirmationRequest
 from sandbox.approval.store.states import PRUNABLE, TERMINAL
-from sandbox.errors import ConfirmationStateError, StoreError
+from sandbox.errors import StoreError
 from sandbox.text import escape_surrogates
 
 #: Call states a call never leaves (``in_doubt`` and ``abandoned`` included).
@@ -179,33 +179,6 @@ def built_request(
         expires_at=dt(expires_at), status="pending", edited_from=edited_from,
         session_id=session_id, details=details or {},
     )
-
-
-HUMAN_OUTCOMES = frozenset({"approve", "deny", "edit"})
-
-
-def check_waiting_answer(request_id: str, outcome: str, answer_json: str,
-                          by: str | None) -> None:
-    """Refuse a decision that contradicts an answer another channel recorded first.
-
-    `submit_answer` promises the first answer wins: a denial given on the web page or
-    with the CLI must not be overridden by a later approval from the channel that holds
-    the call (an MCP client, ADK's client, a provider). Nothing is recorded; the waiting
-    answer is still there to be applied (`ToolRunner.resume(id)`, `apply_answers`).
-    """
-    recorded = json.loads(answer_json).get("outcome")
-    if recorded != outcome:
-        raise ConfirmationStateError(
-            f"confirmation {request_id} already has an answer waiting to be applied "
-            f"({recorded}, by {by or 'another channel'}), recorded before this {outcome}; "
-            "the first answer wins"
-        )
-
-
-def timed_out_message(req: ConfirmationRequest) -> str:
-    when = f" (it expired at {req.expires_at.isoformat()})" if req.expires_at else ""
-    return (f"confirmation {req.id} timed out{when} and was recorded as timed out; "
-            "it can no longer be answered. Make the call again to ask anew")
 
 
 REQUEST_COLUMNS = (

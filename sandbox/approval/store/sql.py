@@ -38,44 +38,32 @@ import os
 import threading
 import weakref
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from typing import Any, ClassVar
 
-from sandbox.approval.models import ConfirmationRequest, Rule, canonical_json
-from sandbox.approval.providers import parse_answer
-from sandbox.approval.store.base import ApprovalStore
+from sandbox.approval.models import ConfirmationRequest, canonical_json
+from sandbox.approval.store import decisions
+from sandbox.approval.store.base import StoreBase
 from sandbox.approval.store.protocol import Page
 from sandbox.approval.store.records import (
-    HUMAN_OUTCOMES,
     PRUNABLE_STATES,
     REQUEST_COLUMNS,
     CallRecord,
     Owner,
-    check_waiting_answer,
     clock,
     dt,
     dump,
     host_id,
     new_id,
     request_from_row,
-    timed_out_message,
 )
+from sandbox.approval.store.sql_rules import SQLRules
 from sandbox.approval.store.states import HELD, IN_PROGRESS, PARKABLE, sql_list
 from sandbox.errors import (
-    ConfirmationStateError,
-    ConfirmationTimedOutError,
     StoreError,
-    UnknownCallError,
-    UnknownConfirmationError,
 )
 
 _log = logging.getLogger(__name__)
 
-#: The columns of a rule row.
-RULE_COLUMNS = (
-    "id, tool, kind, words, prefix, args, digest, scope, session_id, created, expires, "
-    "created_by, channel, request_id, revoked, revoked_by, uses, last_used"
-)
 
 #: Default worker lease, in seconds (``lease_seconds=`` or ``$SANDBOX_LEASE_SECONDS``).
 DEFAULT_LEASE = 30.0
@@ -110,7 +98,7 @@ def _beat(ref: weakref.ref[SQLApprovalStore], owner: str, closing: threading.Eve
         del store
 
 
-class SQLApprovalStore(ApprovalStore):
+class SQLApprovalStore(SQLRules, StoreBase):
     """What the SQL backends share. Not constructed directly."""
 
     #: The database clock as epoch seconds, in this dialect.
@@ -282,9 +270,7 @@ class SQLApprovalStore(ApprovalStore):
         with self._lock:
             rec = self._get_call(call_id)
         if rec is None:
-            raise UnknownCallError(
-                f"unknown call id {call_id!r}: no call with this id was made through this store"
-            )
+            raise decisions.unknown_call(call_id)
         return rec
 
     def _get_call(self, call_id: str) -> CallRecord | None:
@@ -344,7 +330,7 @@ class SQLApprovalStore(ApprovalStore):
                 (digest, text, self._clock(), digest, call_id, owner),
             )
         if cur.rowcount != 1:
-            raise ConfirmationStateError(f"call {call_id} is no longer being edited here")
+            raise decisions.not_editing(call_id)
 
     def in_doubt(self) -> list[CallRecord]:
         """Mark calls whose worker is gone (its process dead on this host, or its lease
@@ -421,22 +407,15 @@ class SQLApprovalStore(ApprovalStore):
                     "SELECT COUNT(*) FROM requests WHERE status='pending' AND session_id=?",
                     (session_id,)).fetchone()
                 if mine >= self.max_pending_per_session:
-                    raise ConfirmationStateError(  # raised inside: the update rolls back
-                        f"session {session_id} already has {mine} confirmation requests "
-                        f"pending (max_pending_per_session={self.max_pending_per_session}); "
-                        "answer or expire some first")
+                    # Raised inside: the update rolls back.
+                    raise decisions.session_full(session_id, mine, self.max_pending_per_session)
             if cur.rowcount != 1:
                 (count,) = self._x(
                     "SELECT COUNT(*) FROM requests WHERE status='pending'"
                 ).fetchone()
                 if count >= self.max_pending:
-                    raise ConfirmationStateError(
-                        f"{count} confirmation requests are already pending (max_pending="
-                        f"{self.max_pending}); answer or expire some, or raise max_pending"
-                    )
-                raise ConfirmationStateError(
-                    f"call {call_id} cannot wait for confirmation: it is not in progress here"
-                )
+                    raise decisions.too_many_pending(count, self.max_pending)
+                raise decisions.not_parkable(call_id)
             self._x(
                 "INSERT INTO requests(id, call_id, tool, args, digest, hint, payload, kind, "
                 "details, status, created, expires, edited_from, session_id) "
@@ -477,7 +456,7 @@ class SQLApprovalStore(ApprovalStore):
         decision_text = decision if isinstance(decision, str) else dump(decision)
         result_text = dump(call_result)
         with self._tx():
-            human = outcome in HUMAN_OUTCOMES
+            human = outcome in decisions.HUMAN_OUTCOMES
             values = (status, now, outcome, reason, decided_by, channel, decision_text,
                       request_id)
             hit: tuple[str, str] | None = None
@@ -486,8 +465,8 @@ class SQLApprovalStore(ApprovalStore):
                 # The common case in one guarded statement: a pending, unexpired request
                 # with no answer waiting from another channel (which would have to agree).
                 update = ("UPDATE requests SET status=?, decided=?, outcome=?, reason=?, "
-                          "decided_by=?, channel=?, decision=? WHERE id=? AND status='pending' "
-                          "AND (expires IS NULL OR ? <= expires)")
+                          "decided_by=?, channel=?, decision=? WHERE id=? AND "
+                          + decisions.DECIDABLE_SQL)
                 waiting = " AND NOT EXISTS (SELECT 1 FROM answers WHERE request_id=?)"
                 returning = " RETURNING call_id, digest" + self._RETURNING_NOTIFY
                 notify = (self._answer_channel,) if self._RETURNING_NOTIFY else ()
@@ -501,8 +480,8 @@ class SQLApprovalStore(ApprovalStore):
                         "requests r ON r.id = a.request_id WHERE a.request_id=? AND "
                         "r.status='pending'", (request_id,)).fetchone()
                     if row is not None:
-                        check_waiting_answer(request_id, outcome or "", row[0],
-                                             row[1] or row[2])
+                        decisions.check_waiting_answer(request_id, outcome or "", row[0],
+                                                   row[1] or row[2])
                         rows = self._x(update + returning, (*values, now, *notify)).fetchall()
                 hit = (rows[0][0], rows[0][1]) if rows else None
                 notified = bool(rows and notify)
@@ -514,14 +493,13 @@ class SQLApprovalStore(ApprovalStore):
                         "requests r ON r.id = a.request_id WHERE a.request_id=? AND "
                         "r.status='pending'", (request_id,)).fetchone()
                     if row is not None:
-                        check_waiting_answer(request_id, outcome or "", row[0],
-                                             row[1] or row[2])
+                        decisions.check_waiting_answer(request_id, outcome or "", row[0],
+                                                   row[1] or row[2])
                 row = self._x(
                     "SELECT status, expires, call_id, digest FROM requests WHERE id=?",
                     (request_id,),
                 ).fetchone()
-                if row is not None and row[0] == "pending" and (row[1] is None
-                                                                or now <= row[1]):
+                if row is not None and decisions.decidable(row[0], row[1], now):
                     self._x(
                         "UPDATE requests SET status=?, decided=?, outcome=?, reason=?, "
                         "decided_by=?, channel=?, decision=? WHERE id=? AND status='pending'",
@@ -536,30 +514,19 @@ class SQLApprovalStore(ApprovalStore):
                 if start and status == "approved" and not self._claim(call_id, digest, owner,
                                                                        now):
                     # Raised inside the transaction: the decision is rolled back too.
-                    raise ConfirmationStateError(
-                        f"call {call_id} of confirmation {request_id} is no longer waiting "
-                        "for it; nothing was run"
-                    )
+                    raise decisions.not_waiting(call_id, request_id)
                 return
             req = self._get_request(request_id)
             if req is None:
-                raise UnknownConfirmationError(
-                    f"unknown confirmation id {request_id!r}: it was never issued by this "
-                    "store (check the id, and that you opened the same store file)"
-                )
-            if req.status == "timed_out":
-                raise ConfirmationTimedOutError(timed_out_message(req))
-            if req.status != "pending":
-                row = self._x(
-                    "SELECT decided_by, channel, decided FROM requests WHERE id=?", (request_id,)
-                ).fetchone()
-                who = row[0] or row[1] or "another decider"
-                raise ConfirmationStateError(
-                    f"confirmation {request_id} was already answered ({req.status}, by {who}); "
-                    "a confirmation is answered once and a grant is used once"
-                )
-            expired = req.expires_at is not None and now > req.expires_at.timestamp() and (
-                status in ("approved", "denied", "edited"))
+                raise decisions.unknown_request(request_id, deciding=True)
+            expires = None if req.expires_at is None else req.expires_at.timestamp()
+            late_by = (None, None)
+            if req.status not in ("pending", "timed_out"):
+                late_by = self._x("SELECT decided_by, channel FROM requests WHERE id=?",
+                                  (request_id,)).fetchone()
+            expired = decisions.late_decision(
+                request_id, current=req.status, expires=expires, now=now, status=status,
+                decided_by=late_by[0], channel=late_by[1])
             if expired:
                 # Recorded (committed) as timed out before the refusal is raised.
                 self._expire(req, now)
@@ -574,7 +541,7 @@ class SQLApprovalStore(ApprovalStore):
                 self._decide_call(req.id, req.call_id, req.digest, now, owner, status=status,
                                   by=decided_by or channel, call_result=result_text)
         if expired:
-            raise ConfirmationTimedOutError(timed_out_message(req))
+            raise decisions.timed_out(request_id, expires)
 
     def _decide_call(self, request_id: str, call_id: str, digest: str, now: float,
                      owner: str, *, status: str, by: str | None,
@@ -583,32 +550,26 @@ class SQLApprovalStore(ApprovalStore):
         ``notified``: the statement that decided it also sent the answer notification."""
         if not notified:
             self._notify_answer(request_id)
-        if status == "approved":
-            call_state, grant = "approved", digest
-        elif status == "edited":
-            call_state, grant = "editing", None
-        else:
-            call_state, grant = status, None
+        call_state, granted = decisions.call_state(status)
         self._x(
             "UPDATE calls SET state=?, grant_digest=?, owner=?, result=?, updated=?, note=? "
             "WHERE call_id=? AND state='awaiting' AND request_id=?",
-            (call_state, grant, owner, call_result, now, f"{request_id} by {by}", call_id,
-             request_id),
+            (call_state, digest if granted else None, owner, call_result, now,
+             decisions.decision_note(request_id, by, None), call_id, request_id),
         )
 
     def _expire(self, req: ConfirmationRequest, now: float) -> None:
         self._notify_answer(req.id)
         self._x(
-            "UPDATE requests SET status='timed_out', decided=?, outcome='timeout', "
-            "reason='expired before an answer' WHERE id=? AND status='pending'",
-            (now, req.id),
+            "UPDATE requests SET status='timed_out', decided=?, outcome=?, reason=? "
+            "WHERE id=? AND status='pending'",
+            (now, decisions.TIMEOUT_OUTCOME, decisions.TIMEOUT_REASON, req.id),
         )
-        result = {"status": "timed_out", "error": f"Confirmation timed out: {req.id} expired "
-                  "before anyone answered it. The tool was not run."}
         self._x(
             "UPDATE calls SET state='timed_out', result=?, updated=?, note=? WHERE call_id=? "
             "AND state='awaiting' AND request_id=?",
-            (dump(result), now, f"{req.id} expired", req.call_id, req.id),
+            (dump(decisions.timed_out_result(req.id)), now, decisions.expiry_note(req.id),
+             req.call_id, req.id),
         )
 
     # -- answers from other processes --------------------------------------------------
@@ -626,24 +587,15 @@ class SQLApprovalStore(ApprovalStore):
         in either shape. It is checked here: a malformed answer raises
         `ConfigurationError` and is not recorded, so it cannot block the real one.
         """
-        checked = parse_answer(decision, channel=channel or "answer")
-        if decided_by is not None and checked.decided_by is None:
-            checked = checked.model_copy(update={"decided_by": decided_by})
-        decision = checked.model_dump(mode="json", exclude_none=True)
+        text = decisions.answer_text(decision, decided_by=decided_by, channel=channel)
         now = self._clock()
         with self._tx():
             req = self._get_request(request_id)
             if req is None:
-                raise UnknownConfirmationError(
-                    f"unknown confirmation id {request_id!r}: it was never issued by this store"
-                )
-            if req.status == "timed_out":
-                raise ConfirmationTimedOutError(timed_out_message(req))
-            if req.status != "pending":
-                raise ConfirmationStateError(
-                    f"confirmation {request_id} was already answered ({req.status})"
-                )
-            expired = req.expires_at is not None and now > req.expires_at.timestamp()
+                raise decisions.unknown_request(request_id)
+            expires = None if req.expires_at is None else req.expires_at.timestamp()
+            expired = not decisions.answerable(request_id, current=req.status, expires=expires,
+                                           now=now)
             if expired:
                 # Recorded (committed) as timed out before the refusal is raised.
                 self._expire(req, now)
@@ -651,18 +603,15 @@ class SQLApprovalStore(ApprovalStore):
                 cur = self._x(
                     "INSERT INTO answers(request_id, decision, decided_by, channel, "
                     "at) VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING",
-                    (request_id, canonical_json(decision), decided_by, channel, now),
+                    (request_id, text, decided_by, channel, now),
                 )
                 if cur.rowcount != 1:
-                    raise ConfirmationStateError(
-                        f"confirmation {request_id} already has an answer waiting to be "
-                        "applied; a confirmation is answered once"
-                    )
+                    raise decisions.answer_waiting(request_id)
                 self._journal(req.call_id, "answered", None,
-                              f"{request_id} by {decided_by or channel}", now)
+                              decisions.decision_note(request_id, decided_by, channel), now)
                 self._notify_answer(request_id)
         if expired:
-            raise ConfirmationTimedOutError(timed_out_message(req))
+            raise decisions.timed_out(request_id, expires)
 
     def get_answer(self, request_id: str) -> dict[str, Any] | None:
         """The answer submitted for a request and not yet applied, if any."""
@@ -674,10 +623,7 @@ class SQLApprovalStore(ApprovalStore):
             ).fetchone()
         if row is None:
             return None
-        decision = dict(json.loads(row[0]))
-        decision.setdefault("decided_by", row[1])
-        decision.setdefault("channel", row[2])
-        return {k: v for k, v in decision.items() if v is not None}
+        return decisions.answer_view(row[0], row[1], row[2])
 
     def answer_states(self, request_ids: Sequence[str]) -> dict[str, tuple[str, dict[str, Any] | None]]:
         """For each known id: its status and the answer waiting to be applied, if any.
@@ -698,10 +644,7 @@ class SQLApprovalStore(ApprovalStore):
             for rid, status, raw, decided_by, channel in rows:
                 answer: dict[str, Any] | None = None
                 if raw is not None and status == "pending":
-                    answer = dict(json.loads(raw))
-                    answer.setdefault("decided_by", decided_by)
-                    answer.setdefault("channel", channel)
-                    answer = {k: v for k, v in answer.items() if v is not None}
+                    answer = decisions.answer_view(raw, decided_by, channel)
                 out[rid] = (status, answer)
         return out
 
@@ -719,9 +662,7 @@ class SQLApprovalStore(ApprovalStore):
         with self._lock:
             req = self._get_request(request_id)
         if req is None:
-            raise UnknownConfirmationError(
-                f"unknown confirmation id {request_id!r}: it was never issued by this store"
-            )
+            raise decisions.unknown_request(request_id)
         return req
 
     def request_decision(self, request_id: str) -> dict[str, Any] | None:
@@ -791,109 +732,3 @@ class SQLApprovalStore(ApprovalStore):
         items = [request_from_row(r) for r in rows[:limit]]
         return Page(items=items, next=items[-1].id if len(rows) > limit else None,
                     total=int(total))
-
-    # -- rules ---------------------------------------------------------------------------
-
-    def add_rules(self, rules: Sequence[Rule]) -> None:
-        with self._tx():
-            self._xmany(
-                f"INSERT INTO rules({RULE_COLUMNS}) VALUES "
-                "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [rule_row(rule) for rule in rules],
-            )
-
-    def active_rules(self, tool: str, session_id: str | None, now: float) -> list[Rule]:
-        with self._lock:
-            rows = self._x(
-                f"SELECT {RULE_COLUMNS} FROM rules WHERE tool=? AND revoked IS NULL "
-                "AND expires>? AND (scope='always' OR session_id=?) ORDER BY created",
-                (tool, now, session_id or ""),
-            ).fetchall()
-        return [rule_from_row(r) for r in rows]
-
-    def mark_rules_used(self, rule_ids: Sequence[str], now: float) -> None:
-        with self._tx():
-            for rule_id in rule_ids:
-                self._x(
-                    "UPDATE rules SET uses=uses+1, last_used=? WHERE id=?", (now, rule_id))
-
-    def get_rule(self, rule_id: str) -> Rule | None:
-        with self._lock:
-            row = self._x(
-                f"SELECT {RULE_COLUMNS} FROM rules WHERE id=?", (rule_id,)).fetchone()
-        return None if row is None else rule_from_row(row)
-
-    def list_rules(self, *, include_inactive: bool, tool: str | None,
-                   now: float) -> list[Rule]:
-        query = f"SELECT {RULE_COLUMNS} FROM rules"
-        where: list[str] = []
-        params: list[Any] = []
-        if not include_inactive:
-            where.append("revoked IS NULL AND expires>?")
-            params.append(now)
-        if tool is not None:
-            where.append("tool=?")
-            params.append(tool)
-        if where:
-            query += " WHERE " + " AND ".join(where)
-        with self._lock:
-            rows = self._x(query + " ORDER BY created, id", params).fetchall()
-        return [rule_from_row(r) for r in rows]
-
-    def revoke_rule(self, rule_id: str, by: str | None, now: float) -> bool:
-        """Revoke a rule (once); False when no rule has this id."""
-        with self._tx():
-            cur = self._x(
-                "UPDATE rules SET revoked=?, revoked_by=? WHERE id=? AND revoked IS NULL",
-                (now, by, rule_id),
-            )
-            return cur.rowcount == 1 or self._x(
-                "SELECT 1 FROM rules WHERE id=?", (rule_id,)).fetchone() is not None
-
-    # -- the audit anchor ------------------------------------------------------------------
-
-    def audit_head(self, log: str) -> tuple[int, str] | None:
-        with self._lock:
-            row = self._x(
-                "SELECT value FROM meta WHERE key=?", (f"audit:{log}",)).fetchone()
-        if row is None:
-            return None
-        count, last_hash = str(row[0]).split(":", 1)
-        return int(count), last_hash
-
-    def anchor_audit(self, log: str, count: int, last_hash: str) -> None:
-        with self._lock:
-            self._x(
-                "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
-                "SET value=excluded.value", (f"audit:{log}", f"{count}:{last_hash}"))
-
-
-def rule_row(rule: Rule) -> tuple[Any, ...]:
-    def ts(value: datetime | None) -> float | None:
-        return None if value is None else value.timestamp()
-
-    return (
-        rule.id, rule.tool, rule.kind,
-        None if rule.words is None else json.dumps(list(rule.words), ensure_ascii=False),
-        int(rule.prefix), None if rule.args is None else canonical_json(rule.args),
-        rule.digest, rule.scope, rule.session_id, ts(rule.created_at), ts(rule.expires_at),
-        rule.created_by, rule.channel, rule.request_id, ts(rule.revoked_at), rule.revoked_by,
-        rule.uses, ts(rule.last_used_at),
-    )
-
-
-def utc(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, tz=timezone.utc)
-
-
-def rule_from_row(row: tuple[Any, ...]) -> Rule:
-    return Rule(
-        id=row[0], tool=row[1], kind=row[2],
-        words=None if row[3] is None else tuple(json.loads(row[3])), prefix=bool(row[4]),
-        args=None if row[5] is None else json.loads(row[5]), digest=row[6], scope=row[7],
-        session_id=row[8], created_at=utc(row[9]), expires_at=utc(row[10]),
-        created_by=row[11], channel=row[12], request_id=row[13], revoked_at=dt(row[14]),
-        revoked_by=row[15], uses=row[16], last_used_at=dt(row[17]),
-    )
-
-

@@ -33,7 +33,8 @@ from typing import Any, TypeVar
 
 from sandbox.approval.store.base import MAX_PENDING_PER_SESSION
 from sandbox.approval.store.records import checked_bounds, clock
-from sandbox.approval.store.sql import RULE_COLUMNS, SQLApprovalStore, lease_seconds
+from sandbox.approval.store.sql import SQLApprovalStore, lease_seconds
+from sandbox.approval.store.sql_rules import RULE_COLUMNS
 from sandbox.errors import StoreError
 
 # 2: calls.note and the journal triggers; 3: worker leases (1 and 2 are migrated on open)
@@ -260,12 +261,10 @@ class SQLiteApprovalStore(SQLApprovalStore):
     def _tx(self) -> _Transaction:
         return _Transaction(self)
 
-    #: `batch` groups operations (a SQLite commit costs more than a statement).
-    batches = True
-
     def batch(self) -> _Batch:
-        """One transaction (one commit) for the several operations of one gate step;
-        see `_Batch`."""
+        """One transaction (one commit) for the several operations of one gate step
+        (`capabilities.Batching`: a SQLite commit costs more than a statement); see
+        `_Batch`."""
         return _Batch(self)
 
     def run_now(self, body: Callable[[], T]) -> tuple[bool, T | None]:

@@ -20,17 +20,8 @@ call may or may not have had its effect, and it is never started again.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Mapping
-
-if sys.version_info >= (3, 11):
-    from enum import StrEnum
-else:  # pragma: no cover - Python 3.10
-    from enum import Enum
-
-    class StrEnum(str, Enum):
-        def __str__(self) -> str:
-            return str(self.value)
+from enum import StrEnum
 
 
 class CallState(StrEnum):

@@ -71,7 +71,7 @@ class PendingWatch:
     def _file_signature(self) -> object:
         """What changes when another process commits to the store file (None: a store
         without a file, looked at every `INTERVAL`)."""
-        path = getattr(self.store, "path", None)
+        path = self.store.path
         if path is None:
             return None
         out: list[tuple[int, int, int] | None] = []
