@@ -46,6 +46,7 @@ from sandbox.approval.providers import (
 )
 from sandbox.approval.rules import RuleBook
 from sandbox.approval.store import ApprovalStore, CallRecord, new_id, open_store
+from sandbox.approval.store.capabilities import DecidesAtOnce
 from sandbox.audit import AuditLog, Redactor, redact_secrets
 from sandbox.errors import (
     ConfigurationError,
@@ -646,14 +647,14 @@ def _fused_steps(store: ApprovalStore) -> Callable[..., str | None] | None:
     """The store's ``open_decided``, when the three steps it stands for (``open_call``,
     ``park``, ``decide``) are those of the class that defines it: a subclass that
     overrides one of them (to log or check something) has it called."""
-    fused = getattr(store, "open_decided", None)
-    if fused is None:
+    if not isinstance(store, DecidesAtOnce):
         return None
+    fused = store.open_decided
     defining = next((cls for cls in type(store).__mro__ if "open_decided" in vars(cls)), None)
     if defining is None or any(getattr(type(store), step, None) is not getattr(defining, step)
                                for step in ("open_call", "park", "decide")):
         return None
-    return fused  # type: ignore[no-any-return]
+    return fused
 
 
 def _label(tool: Any) -> str:

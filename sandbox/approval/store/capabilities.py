@@ -17,6 +17,9 @@ capability          what it offers                             backends
                     `decide_parked`)
 `Located`           a store reached by a URL (`url`, its       PostgreSQL
                     password redacted)
+`DecidesAtOnce`     open, park, approve and start a call in    memory
+                    one step, for an answer known before
+                    asking (`open_decided`)
 ==================  =========================================  ==========================
 
 `location` names where any store keeps its data (its file, its URL), for messages.
@@ -92,6 +95,23 @@ class DecidesParked(Protocol):
         """`decide` for a decision judged on `parked_request`: True when recorded;
         False, with nothing written, unless the stored request is still that one,
         pending and unexpired."""
+        ...
+
+
+@runtime_checkable
+class DecidesAtOnce(Protocol):
+    """A store that records a call approved before its request was parked (an
+    `AutoApprove`, remembered rules) in one step: `open_call`, `park` and `decide`
+    (approved, started) under one lock, with the same records and journal."""
+
+    def open_decided(
+        self, *, call_id: str, tool: str, digest: str, args_json: str,
+        session_id: str | None, hint: str, kind: str, expires_at: float | None,
+        details: dict[str, Any] | None, reason: str | None, decided_by: str | None,
+        channel: str | None, decision: dict[str, Any] | str,
+    ) -> str | None:
+        """The request id, or None with nothing recorded when the three steps would not
+        simply succeed (the caller then takes them one by one)."""
         ...
 
 
