@@ -225,7 +225,7 @@ def workdir() -> Iterator[Path]:
         yield root
 
 
-@pytest.mark.skipif(STRACE is None, reason="strace is not installed (apt-get install strace)")
+@pytest.mark.needs_strace
 @settings(
     max_examples=250,
     deadline=None,
@@ -303,7 +303,7 @@ sed_pieces = st.sampled_from(
 )  # fmt: skip
 
 
-@pytest.mark.skipif(SED is None, reason="sed is not installed")
+@pytest.mark.needs_program("sed")
 @settings(max_examples=300, deadline=None)
 @given(script=st.lists(sed_pieces, min_size=1, max_size=8).map("".join))
 def test_sed_scripts_judged_safe_run_no_command_and_write_no_file(script: str) -> None:
