@@ -890,12 +890,15 @@ async def test_setuid_bits_fanotify_vsock_and_leases_are_refused(workspace: Path
 async def test_a_deep_tree_left_in_tmpdir_does_not_break_the_call(workspace: Path) -> None:
     """1,500 nested directories in TMPDIR made shutil.rmtree raise RecursionError out of
     the tool call, and the directory stayed."""
+    # `where` is written in the workspace (before the cd), so the test sees which TMPDIR
+    # the command had; "deep" is printed only if the whole tree was made.
     (workspace / "deep.sh").write_text(
-        'cd "$TMPDIR"; echo "$TMPDIR" > where\n'
-        "python3 -c \"import os\nfor _ in range(1500): os.mkdir('d'); os.chdir('d')\"\n"
+        'echo "$TMPDIR" > where; cd "$TMPDIR" &&\n'
+        "python3 -c \"import os\nfor _ in range(1500): os.mkdir('d'); os.chdir('d')\" &&\n"
         "echo deep\n")
     tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy(timeout_seconds=60))
     result = await tool.run_async(args={"command": "bash deep.sh"}, tool_context=ctx())
-    assert "deep" in result["stdout"], result
-    where = (workspace / "where").read_text().strip() if (workspace / "where").exists() else ""
-    assert where == "" or not Path(where).exists()
+    assert result["stdout"] == "deep\n", result
+    where = (workspace / "where").read_text().strip()
+    assert where.startswith("/") and "sandbox-tmp-" in Path(where).name, where
+    assert not Path(where).exists(), f"the command's TMPDIR {where} was left behind"
