@@ -1,7 +1,7 @@
 """`BashToolPolicy`: what an agent may run, decided on the bash parse tree.
 
 ``policy.check(command)`` parses the command with tree-sitter-bash
-(`sandbox.bash.syntax.parse`) and applies the rules of POLICY.md in this order, so the
+(`sandbox.bash.syntax.parse`) and applies the rules of docs/policy.md in this order, so the
 first reason given is the most useful one:
 
 - R8 control characters outside quotes, R6 anything that cannot be parsed

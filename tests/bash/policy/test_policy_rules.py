@@ -1,4 +1,4 @@
-"""`BashToolPolicy.check`, rule by rule (R1-R8 of POLICY.md), plus the decision,
+"""`BashToolPolicy.check`, rule by rule (R1-R8 of docs/policy.md), plus the decision,
 confirmation and construction contracts."""
 
 from __future__ import annotations
