@@ -40,7 +40,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if unregistered:
         raise pytest.UsageError(f"tests/machine.py defines {sorted(unregistered)}, which "
                                 "pyproject.toml's [tool.pytest.ini_options] markers lack")
-    machine.required_everywhere()  # a misspelled SANDBOX_TESTS_REQUIRE fails at once
+    try:
+        machine.required_everywhere()  # a misspelled SANDBOX_TESTS_REQUIRE fails at once
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 #: Fixtures (and fixture parameters) that start the run's PostgreSQL cluster.
