@@ -15,7 +15,6 @@ the second wall in a real run shows too.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import subprocess
@@ -32,7 +31,7 @@ from sandbox.bash.linux.confinement import (
     Confinement,
     ConfinementRequest,
     detect,
-    pid_namespace,
+    fork_in_pid_namespace,
     plan,
     prepare,
 )
@@ -72,8 +71,19 @@ def _spawn(confinement: Confinement | None) -> Callable[[], None]:
             return
         prepared = prepare(confinement)
         try:
-            with pid_namespace() if confinement.private_proc else contextlib.nullcontext(""):
+            if not confinement.private_proc:
                 subprocess.run([TRUE], check=True, preexec_fn=prepared.apply)
+                return
+            # The first process of a PID namespace of its own, as the spawner forks it.
+            pid = fork_in_pid_namespace(confinement)
+            if pid == 0:
+                try:
+                    prepared.apply()
+                    os.execv(TRUE, [TRUE])
+                finally:
+                    os._exit(127)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0, status
         finally:
             prepared.close()
 

@@ -19,6 +19,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    echo "sandbox needs Python 3.11 or newer; $PYTHON is $("$PYTHON" --version 2>&1 || echo missing)." >&2
+    echo "Install one (e.g. apt-get install python3.11, or pyenv install 3.12) and run again with PYTHON=python3.11." >&2
+    exit 1
+fi
 if [ ! -x .venv/bin/python ]; then
     echo "== creating .venv with $($PYTHON --version)"
     "$PYTHON" -m venv .venv

@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 import anyio.to_thread
 
 from sandbox.bash import display as _display  # noqa: F401 - registers the "bash" highlighter
-from sandbox.bash.linux.confinement import ConfinementRequest
-from sandbox.bash.linux.protected import resolve_patterns as resolve_protected
+from sandbox.bash.config import ConfinementRequest
+from sandbox.bash.config import resolve_patterns as resolve_protected
 from sandbox.bash.network.allowlist import Allowlist
 from sandbox.bash.policy.evaluate import BashToolPolicy, PolicyDecision
 from sandbox.bash.run.gitguard import guard_readable_paths, guarded_env

@@ -32,7 +32,9 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sandbox.bash.linux.confinement import Confinement, Prepared, initial_user_namespace, prepare
+from sandbox.bash.linux.apply import Prepared, prepare
+from sandbox.bash.linux.confinement import Confinement
+from sandbox.bash.linux.namespaces import initial_user_namespace
 
 __all__ = ["PROLOGUE_FAILED", "ChildSetup", "needs_pid_namespace", "preexec_fn",
            "shell_prologue", "spawn_key", "zygote_preparation", "zygote_request_steps"]

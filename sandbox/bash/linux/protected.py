@@ -82,14 +82,21 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sandbox.bash.config import (
+    DEFAULT_PROTECTED_PATHS,
+    DEFAULTS,
+    ConfinementRequest,
+    ConfinementUnavailable,
+    resolve_patterns,
+)
 from sandbox.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from sandbox.bash.linux.confinement import Confinement, ConfinementRequest
+    from sandbox.bash.linux.confinement import Confinement
 
 __all__ = [
     "DEFAULTS",
@@ -109,14 +116,6 @@ __all__ = [
     "still_protected",
 ]
 
-DEFAULT_PROTECTED_PATHS = (
-    ".git/config", ".git/hooks", ".git/info", ".gitmodules", ".gitattributes",
-    ".envrc", ".bashrc", ".profile", ".bash_profile", ".zshrc",
-    ".vscode", ".idea", ".claude", ".mcp.json",
-    ".gitconfig",  # git's global configuration when the workspace is a home directory
-)  # fmt: skip
-# In protected_paths: the default list, at this place.
-DEFAULTS = "@default"
 # Control files of a git directory that name other files or programs: always protected
 # along with any ".git/..." entry.
 _GIT_DIR_ALWAYS = ("config.worktree", "commondir")
@@ -130,61 +129,6 @@ _GIT_DIR_SKIP = frozenset({"objects", "refs", "logs", "lfs", "rr-cache", "packed
 SCAN_LIMIT = int(os.environ.get("SANDBOX_PROTECTED_SCAN_LIMIT", "50000"))
 _GITFILE_MAX = 4096
 _RACY_SECONDS = 2.0
-
-
-def resolve_patterns(entries: Iterable[str]) -> tuple[str, ...]:
-    """The protected entries `entries` stand for: ``"@default"`` expanded, ``"!x"``
-    removals applied, duplicates dropped. Raises ConfigurationError naming a bad entry
-    and the fix."""
-    if isinstance(entries, str):
-        raise ConfigurationError(
-            f"protected_paths={entries!r} is invalid: write a list, e.g. "
-            "['@default', 'Makefile'] (the defaults and Makefile) or ['.git/config'] "
-            "(only that)"
-        )
-    out: list[str] = []
-    for entry in entries:
-        if not isinstance(entry, str):
-            raise ConfigurationError(
-                f"protected_paths entry {entry!r} is invalid: write a string such as "
-                "'.envrc', '/Makefile' or '@default'"
-            )
-        if entry == DEFAULTS:
-            out.extend(p for p in DEFAULT_PROTECTED_PATHS if p not in out)
-            continue
-        removal = entry.startswith("!")
-        pattern = _check_pattern(entry[1:] if removal else entry, entry)
-        if removal:
-            if pattern not in out:
-                raise ConfigurationError(
-                    f"protected_paths entry {entry!r} removes {pattern!r}, which is not in "
-                    f"the list before it ({', '.join(out) or 'empty'}); put it after "
-                    "'@default' or remove it"
-                )
-            out.remove(pattern)
-        elif pattern not in out:
-            out.append(pattern)
-    return tuple(out)
-
-
-def _check_pattern(pattern: str, entry: str) -> str:
-    anchored = pattern.startswith("/")
-    parts = pattern.strip("/").split("/")
-    bad = (
-        not pattern.strip("/")
-        or "\0" in pattern
-        or any(p in ("", ".", "..") for p in parts)
-        or any(c in pattern for c in "*?[")
-        or pattern.startswith("@")
-    )
-    if bad:
-        raise ConfigurationError(
-            f"protected_paths entry {entry!r} is invalid: write a relative path matched at "
-            "any depth ('.envrc', '.git/hooks'), one anchored at the workspace root with a "
-            "leading '/' ('/Makefile'), '@default' for the default list or '!name' to "
-            "take one out; no '..', no wildcards"
-        )
-    return ("/" if anchored else "") + "/".join(parts)
 
 
 # --------------------------------------------------------------------------- the scan
@@ -1113,8 +1057,6 @@ def plan_layer(confinement: Confinement, report: dict[str, str], *,
     ("protected-paths"). Raises ConfigurationError when they cannot be enforced (a walk
     past its bound, a hard link), and ConfinementUnavailable under mode="required"
     when neither mechanism is there."""
-    from sandbox.bash.linux.confinement import ConfinementUnavailable
-
     layer = "protected-paths"
     if filesystem != "read-write":
         report[layer] = "active: the whole workspace is read-only"

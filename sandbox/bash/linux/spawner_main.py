@@ -1,6 +1,6 @@
-"""The spawner process's loop (see `sandbox.bash.linux.spawner`). Loaded by path under
-``python -I -S``: it imports only the stdlib, `sandbox.bash.linux.child` and the message
-framing of `sandbox.bash.linux.spawner`."""
+"""The spawner process's loop (see `sandbox.bash.linux.spawner`). Run under
+``python -I -S``: it imports only the stdlib and the Linux layer (`sandbox.bash.linux`:
+the child's set-up and the message framing of `sandbox.bash.linux.spawner`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from sandbox.bash.linux.child import (
     zygote_preparation,
     zygote_request_steps,
 )
-from sandbox.bash.linux.confinement import PidNamespaceLost, fork_in_pid_namespace
+from sandbox.bash.linux.namespaces import PidNamespaceLost, fork_in_pid_namespace
 from sandbox.bash.linux.spawner import RECEIVED, STALE, _recv, _send, remove_tree
 
 _libc = ctypes.CDLL(None, use_errno=True)

@@ -39,11 +39,11 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
-from sandbox.bash.linux.confinement import (
+from sandbox.bash.config import DEFAULTS as DEFAULT_PROTECTED
+from sandbox.bash.config import (
     ConfinementRequest,
 )
-from sandbox.bash.linux.protected import DEFAULTS as DEFAULT_PROTECTED
-from sandbox.bash.linux.protected import resolve_patterns as resolve_protected
+from sandbox.bash.config import resolve_patterns as resolve_protected
 from sandbox.bash.policy.hardening import (
     ANALYZERS,
     DEFAULT_HARDENING,

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from sandbox.bash.linux.confinement import CONFINEMENT_MODES, FILESYSTEM_MODES, NETWORK_MODES
+from sandbox.bash.config import CONFINEMENT_MODES, FILESYSTEM_MODES, NETWORK_MODES
 from sandbox.bash.policy.evaluate import _SIZE, _SIZE_UNITS
 from sandbox.bash.policy.hardening import DEFAULT_HARDENING, HardeningRule
 from sandbox.bash.policy.specs import builtin_specs

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.bash.linux import confinement
+from sandbox.bash.linux import confinement, namespaces
 from sandbox.bash.linux.confinement import Confinement, ConfinementRequest
 from sandbox.bash.run import containment
 from sandbox.bash.run.process import Limits, run_bash
@@ -71,7 +71,7 @@ def test_fork_through_an_intermediate_makes_a_pid_namespace_we_reap() -> None:
     if pid == 0:  # a throwaway child of the test: it becomes the subreaper
         try:
             os.close(r)
-            first = confinement._fork_through_intermediate(c)
+            first = namespaces._fork_through_intermediate(c)
             if first == 0:
                 os.write(w, b"%d %s" % (os.getpid(), os.readlink("/proc/self/ns/user").encode()))
                 os._exit(7)
@@ -94,16 +94,16 @@ def test_no_os_exit_reachable_from_the_agent() -> None:
     # supervisor, the throwaway children of the namespace helpers), never in code the
     # agent's process runs: a failure there is an exception or an error result.
     allowed = {
-        ("_spawner_main.py", "_die_with_spawner"),
-        ("_spawner_main.py", "_child"),
-        ("_spawner_main.py", "_zygote_main"),
-        ("_subreaper.py", "_exec_child"),
-        ("_subreaper.py", "main"),
-        ("confinement.py", "_fork_through_intermediate"),
+        ("spawner_main.py", "_die_with_spawner"),
+        ("spawner_main.py", "_child"),
+        ("spawner_main.py", "_zygote_main"),
+        ("subreaper.py", "_exec_child"),
+        ("subreaper.py", "main"),
+        ("namespaces.py", "_fork_through_intermediate"),
         ("confinement.py", "_probe_private_proc"),
     }
     found = set()
-    for path in Path(confinement.__file__).resolve().parent.parent.rglob("*.py"):
+    for path in Path(confinement.__file__).resolve().parents[2].rglob("*.py"):  # sandbox/
         tree = ast.parse(path.read_text())
         for fn in ast.walk(tree):
             if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):

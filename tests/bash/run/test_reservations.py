@@ -299,11 +299,11 @@ def test_a_child_forked_while_another_thread_probes_does_not_hang() -> None:
     child waiting for it forever."""
     import threading
 
-    from sandbox.bash.linux import confinement, spawner
+    from sandbox.bash.linux import confinement, landlock, namespaces, spawner
     from sandbox.bash.run import containment
 
-    locks = [confinement._detect_lock, confinement._rules_lock, containment._detect_lock,
-             spawner.Spawner._shared_lock]  # fmt: skip
+    locks = [confinement._detect_lock, landlock._rules_lock, namespaces._ns_lock,
+             containment._detect_lock, spawner.Spawner._shared_lock]  # fmt: skip
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -321,8 +321,8 @@ def test_a_child_forked_while_another_thread_probes_does_not_hang() -> None:
         pid = os.fork()
         if pid == 0:
             ok = all(lock.acquire(timeout=2) for lock in (
-                confinement._detect_lock, confinement._rules_lock, containment._detect_lock,
-                spawner.Spawner._shared_lock))  # fmt: skip
+                confinement._detect_lock, landlock._rules_lock, namespaces._ns_lock,
+                containment._detect_lock, spawner.Spawner._shared_lock))  # fmt: skip
             os._exit(0 if ok else 1)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
