@@ -16,10 +16,6 @@ from tests.paths import REPO
 #: A cited path: ``docs/anything`` or ``anything.md`` (a relative path, no URL).
 _CITED = re.compile(r"(?<![\w/.:-])((?:\.\./)*(?:[\w.-]+/)*(?:[\w.-]+\.md|docs/[\w./-]*\w))")
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+")
-#: Documents being written in this round by another branch (issue 19: the lead writes
-#: docs/architecture.md, which README.md already cites). Checked like any other once
-#: they exist; drop an entry here when its document has landed.
-_BEING_WRITTEN = {"docs/architecture.md"}
 
 
 def _citing_files() -> list[Path]:
@@ -52,7 +48,7 @@ def test_the_scan_finds_citations() -> None:
 def test_every_cited_document_exists() -> None:
     missing = [f"{path.relative_to(REPO)}:{number}: {cited}"
                for path in _citing_files() for number, cited in _citations(path)
-               if not _exists(cited, path) and cited not in _BEING_WRITTEN]  # fmt: skip
+               if not _exists(cited, path)]  # fmt: skip
     assert not missing, "cited but not in the repository:\n" + "\n".join(missing)
 
 
