@@ -15,6 +15,7 @@ from hypothesis import settings
 
 from sandbox import ApprovalStore
 from sandbox.approval.memory_store import MemoryApprovalStore
+from tests import machine
 from tests.paths import TESTS
 
 PROGRAMS = TESTS / "programs"
@@ -30,6 +31,55 @@ if os.environ.get("CI"):
 #: "sqlite-file": `ApprovalStore(path)`; "postgresql": `ApprovalStore("postgresql://...")`
 #: on the run's throwaway cluster (a new schema per store).
 STORE_BACKENDS = ("memory", "sqlite-memory", "sqlite-file", "postgresql")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    registered = {line.split(":")[0].split("(")[0].strip()
+                  for line in config.getini("markers")}  # fmt: skip
+    unregistered = machine.marker_names() - registered
+    if unregistered:
+        raise pytest.UsageError(f"tests/machine.py defines {sorted(unregistered)}, which "
+                                "pyproject.toml's [tool.pytest.ini_options] markers lack")
+    try:
+        machine.required_everywhere()  # a misspelled SANDBOX_TESTS_REQUIRE fails at once
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+#: Fixtures (and fixture parameters) that start the run's PostgreSQL cluster.
+_POSTGRES_FIXTURES = {"pg_cluster", "pg_url"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test on the PostgreSQL store needs the server, whether it names the cluster or
+    runs on the "postgresql" parameter of a store fixture."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if (_POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ()))
+                or "postgresql" in params.values()):  # fmt: skip
+            item.add_marker(pytest.mark.needs_postgres)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a test whose machine requirement (tests/machine.py) is missing here, naming
+    what is missing and how to get it; fail it instead if SANDBOX_TESTS_REQUIRE says the
+    machine must have it."""
+    required = machine.required_everywhere()
+    missing: list[tuple[str, str]] = []
+    for mark in item.iter_markers():
+        if mark.name == machine.PROGRAM_MARKER:
+            missing += [(mark.name, why) for why in map(machine.program_missing, mark.args)
+                        if why]  # fmt: skip
+        elif mark.name in machine.REQUIREMENTS:
+            why = machine.REQUIREMENTS[mark.name].missing()
+            if why:
+                missing.append((mark.name, why))
+    if not missing:
+        return
+    reasons = "; ".join(dict.fromkeys(why for _, why in missing))
+    if any(name in required for name, _ in missing):
+        pytest.fail(f"SANDBOX_TESTS_REQUIRE: {reasons}", pytrace=False)
+    pytest.skip(reasons)
 
 
 @pytest.fixture

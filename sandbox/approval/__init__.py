@@ -1,4 +1,7 @@
-"""The human-in-the-loop gate: runner, providers, store, and the data between them."""
+"""The human-in-the-loop gate: runner, providers, store, and the data between them.
+
+What the gate promises (single-use grants, exactly once, explicit timeouts, narrow
+rules) and one call step by step: docs/approvals.md."""
 
 from typing import TYPE_CHECKING
 

@@ -3,7 +3,6 @@ and its place behind the gate: a blocked command never reaches a human."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +160,7 @@ async def test_agent_environment_is_not_inherited(tmp_path: Path, monkeypatch: A
     assert "SANDBOX_TOOL_SECRET=hunter2" in inherited["stdout"]
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="privilege drop applies to root")
+@pytest.mark.needs_root  # privilege drop applies to root
 async def test_root_is_dropped_when_the_workspace_allows_it() -> None:
     import tempfile
 
@@ -175,14 +174,14 @@ async def test_root_is_dropped_when_the_workspace_allows_it() -> None:
         assert kept["stdout"].strip() == "0" and kept["privileges"] == "root"
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="privilege drop applies to root")
+@pytest.mark.needs_root  # privilege drop applies to root
 async def test_root_is_kept_and_reported_when_the_workspace_is_private(tmp_path: Path) -> None:
     tmp_path.chmod(0o700)
     result = await tool(tmp_path).run_async(args={"command": "id -u"}, tool_context=ctx())
     assert result["privileges"] == "root"
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="privilege drop applies to root")
+@pytest.mark.needs_root  # privilege drop applies to root
 def test_required_privilege_drop_fails_at_construction_with_the_fix(tmp_path: Path) -> None:
     tmp_path.chmod(0o700)
     with pytest.raises(ConfigurationError, match="drop_privileges"):

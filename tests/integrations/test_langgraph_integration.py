@@ -191,13 +191,16 @@ def test_a_denied_call_replayed_from_its_checkpoint_stays_denied() -> None:
     mw = SandboxApprovalMiddleware({"wipe": True})
     agent = build(mw, fx, script(calls(("wipe", {"scope": "prod"}, "c1"))))
     agent.invoke(USER, CONFIG)
-    agent.invoke(Command(resume={"decisions": [{"type": "reject", "message": "no"}]}),
-                 CONFIG)
+    agent.invoke(Command(resume={"decisions": [{"type": "reject",
+                                                 "message": "not during the freeze"}]}),
+                 CONFIG)  # fmt: skip
     paused = next(s for s in agent.get_state_history(CONFIG) if s.interrupts)
     again = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}),
                          paused.config)
     assert fx.ran == []
-    assert "no" in str(tool_messages(again)["c1"].content)
+    # The recorded denial, with the human's reason (a bare "no" is in any "not ...").
+    assert tool_messages(again)["c1"].content == (
+        "User rejected the tool call for `wipe` with reason: not during the freeze")
 
 
 def test_arguments_edited_in_the_state_under_a_pending_interrupt_are_refused() -> None:

@@ -84,13 +84,13 @@ class Decision(str, Enum):
 
 
 class Rule(str, Enum):
-    """The rule of POLICY.md that blocked a command. The value is the string
+    """The rule of docs/policy.md that blocked a command. The value is the string
     `PolicyDecision.rule` carries (``Rule.R7 == "R7"``).
 
     R6 covers every refusal to parse (syntax errors, NUL, too long, too deep, too slow,
     a parser crash, an internal error: fail closed), R9 the re-lexer's disagreements
     with tree-sitter, R7 both the hardening table and the program specs (the reason
-    names which: ``[spec 'git']``). ``EMPTY`` is the one refusal no rule of POLICY.md
+    names which: ``[spec 'git']``). ``EMPTY`` is the one refusal no rule of docs/policy.md
     names: a command with nothing to run (`PolicyDecision.rule` is None for it, as it
     always was)."""
 

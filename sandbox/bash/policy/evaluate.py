@@ -1,7 +1,7 @@
 """`BashToolPolicy`: what an agent may run, decided on the bash parse tree.
 
 ``policy.evaluate(command)`` parses the command with tree-sitter-bash
-(`sandbox.bash.syntax.parse`), applies the rules of POLICY.md (`sandbox.bash.policy.rules`)
+(`sandbox.bash.syntax.parse`), applies the rules of docs/policy.md (`sandbox.bash.policy.rules`)
 and returns one `Evaluation` (allow / confirm / block, the rule, the matched prefixes, the
 rule subjects, the reason), kept in the policy's LRU; ``check``, ``needs_confirmation`` and
 ``rule_subjects`` are views of it. The rules apply in this order, so the first reason

@@ -1,4 +1,4 @@
-"""The rules of POLICY.md applied to one parsed command, in order (`_Deciding`, a base
+"""The rules of docs/policy.md applied to one parsed command, in order (`_Deciding`, a base
 of `BashToolPolicy`): the first rule broken, or the prefixes that allowed it."""
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ class Redirect(NamedTuple):
 
 
 class Finding(NamedTuple):
-    """A place the source cannot be decided on safely. ``rule`` is the POLICY.md
+    """A place the source cannot be decided on safely. ``rule`` is the docs/policy.md
     rule it falls under (R2 hidden command, R6 parse, R8 control character)."""
 
     rule: str

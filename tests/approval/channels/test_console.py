@@ -323,8 +323,7 @@ class Tmux:
 
 @pytest.fixture
 def tmux() -> Iterator[Any]:
-    if TMUX is None:
-        pytest.skip("tmux is not installed (scripts/test.sh installs it)")
+    assert TMUX is not None  # the test is marked needs_program("tmux")
     sessions: list[Tmux] = []
 
     def start(command: str, cwd: Path) -> Tmux:
@@ -336,6 +335,7 @@ def tmux() -> Iterator[Any]:
         session.close()
 
 
+@pytest.mark.needs_program("tmux")
 def test_sandbox_run_prompt_stays_visible_waits_and_takes_one_key(
         tmux: Any, tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("the notes\n")

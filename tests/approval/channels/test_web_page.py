@@ -40,8 +40,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.timeout(60),
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed "
-                       "(scripts/test.sh installs it: apt-get install chromium)"),
+    pytest.mark.needs_chromium,
 ]
 DOCS = REPO / "docs"
 

@@ -35,6 +35,7 @@ def test_every_call_runs_exactly_once_when_the_server_is_killed_mid_way() -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.needs_postgres
 @pytest.mark.timeout(300)
 def test_on_postgresql_a_killed_worker_is_in_doubt_and_a_restart_loses_nothing() -> None:
     """8 workers with their own host ids, 2 page servers; worker 0 SIGKILLed mid-call

@@ -37,12 +37,11 @@ from tests.paths import REPO
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 ROOT = os.geteuid() == 0
-needs_root = pytest.mark.skipif(not ROOT, reason="the escapes were measured as root")
-needs_landlock = pytest.mark.skipif(
-    not confinement.detect().has("landlock-scopes"), reason="needs Landlock ABI >= 6"
-)
-# Whose identity the command runs under: the agent's (root) or nobody's.
-IDENTITIES = ("root", "nobody")
+needs_root = pytest.mark.needs_root  # the escapes were measured as root
+needs_landlock = pytest.mark.needs_landlock_scopes
+# Whose identity the command runs under: the agent's (root) or nobody's (dropping
+# privileges needs root).
+IDENTITIES = ("root", pytest.param("nobody", marks=pytest.mark.needs_root))
 
 
 def _denied(stderr: str) -> bool:
@@ -174,8 +173,6 @@ async def test_system_secrets_in_etc_are_not_readable_but_etc_is(workspace: Path
 @pytest.mark.parametrize("identity", IDENTITIES)
 async def test_the_agents_environment_is_unreadable(workspace: Path, identity: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    if identity == "nobody" and not ROOT:
-        pytest.skip("drop_privileges needs root")
     result = await run(workspace, f"cat /proc/{os.getpid()}/environ | tr '\\0' '\\n'", identity)
     assert "PATH=" not in result["stdout"]
     # With a private /proc the agent is not even listed; without, Landlock's ptrace rule.
@@ -214,8 +211,6 @@ def _accepted(server: socket.socket) -> bool:
 @pytest.mark.parametrize("identity", IDENTITIES)
 async def test_connecting_to_a_loopback_listener_fails(workspace: Path, identity: str,
                                                        listener: socket.socket) -> None:  # fmt: skip
-    if identity == "nobody" and not ROOT:
-        pytest.skip("drop_privileges needs root")
     port = listener.getsockname()[1]
     result = await run(workspace, f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected",
                        identity)  # fmt: skip
@@ -233,7 +228,7 @@ async def test_network_host_reaches_the_listener(workspace: Path,
     assert _accepted(listener)
 
 
-@pytest.mark.skipif(shutil.which("python3") is None, reason="needs python3 on PATH")
+@pytest.mark.needs_program("python3")
 async def test_network_loopback_is_private(workspace: Path, listener: socket.socket) -> None:
     port = listener.getsockname()[1]
     script = (
@@ -254,8 +249,6 @@ async def test_network_loopback_is_private(workspace: Path, listener: socket.soc
 @needs_landlock
 @pytest.mark.parametrize("identity", IDENTITIES)
 async def test_killing_a_process_outside_the_tree_fails(workspace: Path, identity: str) -> None:
-    if identity == "nobody" and not ROOT:
-        pytest.skip("drop_privileges needs root")
     victim = subprocess.Popen(["sleep", "60"])
     try:
         result = await run(workspace, f"kill -9 {victim.pid}; kill -TERM {victim.pid}", identity)
@@ -288,8 +281,6 @@ async def test_landlock_alone_still_refuses_signals_outside(workspace: Path,
 
 @pytest.mark.parametrize("identity", IDENTITIES)
 async def test_no_capabilities_are_left(workspace: Path, identity: str) -> None:
-    if identity == "nobody" and not ROOT:
-        pytest.skip("drop_privileges needs root")
     result = await run(workspace, "grep -E '^(Cap|NoNewPrivs|Seccomp:)' /proc/self/status",
                        identity)  # fmt: skip
     fields = dict(line.split(":\t") for line in result["stdout"].splitlines())
@@ -339,9 +330,7 @@ async def test_seccomp_denies_namespaces_and_ptrace(workspace: Path) -> None:
     assert result["stdout"].strip() == "1"
 
 
-needs_private_proc = pytest.mark.skipif(
-    not confinement.detect().has("private-proc"), reason="needs root (PID namespaces)"
-)
+needs_private_proc = pytest.mark.needs_private_proc
 
 
 @needs_private_proc
@@ -515,7 +504,7 @@ async def test_shipped_readonly_policy_is_read_only_at_the_os_level(workspace: P
 
 
 @needs_landlock
-@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.needs_program("git")
 async def test_git_readonly_still_reads_history(workspace: Path) -> None:
     workspace.chmod(0o755)  # only root may write: commands keep root's identity
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
@@ -651,14 +640,14 @@ asyncio.run(main())
 
 @needs_root
 @needs_landlock
-@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+@pytest.mark.needs_program("setpriv")
+@pytest.mark.needs_system_python
 async def test_an_unprivileged_agent_confines_its_commands(listener: socket.socket) -> None:  # fmt: skip
     # The agent itself runs as nobody, on the system's python3 with this checkout and its
     # installed dependencies on sys.path (the venv's interpreter lives under /root).
     python = shutil.which("python3", path="/usr/bin:/bin")
     site = [p for p in sys.path if p.endswith("site-packages") and os.access(p, os.R_OK)]
-    if python is None or not site:
-        pytest.skip("needs a system python3 and readable site-packages")
+    assert python is not None and site  # needs_system_python
     ws = Path(tempfile.mkdtemp(prefix="sandbox-test-agent-"))
     ws.chmod(0o777)
     repo = REPO
@@ -695,7 +684,7 @@ async def test_root_cannot_raise_its_limits_or_set_the_clock(workspace: Path) ->
     assert result["stderr"].count("Operation not permitted") == 2
 
 
-@pytest.mark.skipif(shutil.which("python3") is None, reason="needs python3 on PATH")
+@pytest.mark.needs_program("python3")
 async def test_unix_sockets_outside_are_unreachable_unless_network_host(workspace: Path) -> None:
     # Landlock does not govern connect() on a pathname unix socket, and a network
     # namespace does not isolate them: the seccomp filter refuses socket(AF_UNIX).
@@ -723,7 +712,7 @@ async def test_unix_sockets_outside_are_unreachable_unless_network_host(workspac
         shutil.rmtree(sockdir, ignore_errors=True)
 
 
-@pytest.mark.skipif(shutil.which("python3") is None, reason="needs python3 on PATH")
+@pytest.mark.needs_program("python3")
 async def test_commands_sharing_the_empty_network_cannot_message_each_other(
     workspace: Path,
 ) -> None:
@@ -742,7 +731,7 @@ async def test_commands_sharing_the_empty_network_cannot_message_each_other(
 
 
 @needs_landlock
-@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.needs_program("git")
 async def test_an_unreachable_home_becomes_the_private_tmpdir(workspace: Path) -> None:
     # git dies on a configuration file it may not read; /root is out of reach.
     workspace.chmod(0o755)
@@ -901,12 +890,15 @@ async def test_setuid_bits_fanotify_vsock_and_leases_are_refused(workspace: Path
 async def test_a_deep_tree_left_in_tmpdir_does_not_break_the_call(workspace: Path) -> None:
     """1,500 nested directories in TMPDIR made shutil.rmtree raise RecursionError out of
     the tool call, and the directory stayed."""
+    # `where` is written in the workspace (before the cd), so the test sees which TMPDIR
+    # the command had; "deep" is printed only if the whole tree was made.
     (workspace / "deep.sh").write_text(
-        'cd "$TMPDIR"; echo "$TMPDIR" > where\n'
-        "python3 -c \"import os\nfor _ in range(1500): os.mkdir('d'); os.chdir('d')\"\n"
+        'echo "$TMPDIR" > where; cd "$TMPDIR" &&\n'
+        "python3 -c \"import os\nfor _ in range(1500): os.mkdir('d'); os.chdir('d')\" &&\n"
         "echo deep\n")
     tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy(timeout_seconds=60))
     result = await tool.run_async(args={"command": "bash deep.sh"}, tool_context=ctx())
-    assert "deep" in result["stdout"], result
-    where = (workspace / "where").read_text().strip() if (workspace / "where").exists() else ""
-    assert where == "" or not Path(where).exists()
+    assert result["stdout"] == "deep\n", result
+    where = (workspace / "where").read_text().strip()
+    assert where.startswith("/") and "sandbox-tmp-" in Path(where).name, where
+    assert not Path(where).exists(), f"the command's TMPDIR {where} was left behind"

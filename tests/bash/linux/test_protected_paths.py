@@ -33,12 +33,9 @@ from tests.paths import REPO
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
 ROOT = os.geteuid() == 0
-needs_root = pytest.mark.skipif(not ROOT, reason="makes a throwaway user; measured as root")
-needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-needs_mounts = pytest.mark.skipif(
-    not (confinement.detect().has("private-proc") or not protected.mount_namespace_problem()),
-    reason="needs a mount namespace for the command",
-)
+needs_root = pytest.mark.needs_root  # makes a throwaway user; measured as root
+needs_git = pytest.mark.needs_program("git")
+needs_mounts = pytest.mark.needs_mount_namespace
 
 
 def ctx() -> ToolContext:
@@ -421,7 +418,7 @@ async def test_a_walk_past_its_bound_refuses_the_run(shared_workspace: Path,
 
 
 @needs_git
-@pytest.mark.skipif(not confinement.detect().has("landlock-fs"), reason="needs Landlock")
+@pytest.mark.needs_landlock
 async def test_without_a_mount_namespace_landlock_refuses_the_writes(
         shared_workspace: Path, home: Path, marker: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
@@ -480,8 +477,8 @@ def throwaway_user() -> Iterator[pwd.struct_passwd]:
 
 @needs_root
 @needs_git
-@pytest.mark.skipif(shutil.which("setpriv") is None or shutil.which("useradd") is None,
-                    reason="needs setpriv and useradd")  # fmt: skip
+@pytest.mark.needs_program("setpriv", "useradd")
+@pytest.mark.needs_system_python
 @pytest.mark.parametrize("unavailable", ["", "mount-ns,private-proc"],
                          ids=["user-namespace", "landlock"])  # fmt: skip
 def test_an_unprivileged_agent_protects_them_too(throwaway_user: pwd.struct_passwd,
@@ -491,8 +488,7 @@ def test_an_unprivileged_agent_protects_them_too(throwaway_user: pwd.struct_pass
     in a user namespace; told that none works, Landlock rules around the paths."""
     python = shutil.which("python3", path="/usr/bin:/bin")
     site = [p for p in sys.path if p.endswith("site-packages") and os.access(p, os.R_OK)]
-    if python is None or not site:
-        pytest.skip("needs a system python3 and readable site-packages")
+    assert python is not None and site  # needs_system_python
     ws = Path(throwaway_user.pw_dir) / "project"
     make_repo(home, ws)
     marker.parent.chmod(0o777)

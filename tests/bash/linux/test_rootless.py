@@ -40,7 +40,7 @@ def test_the_subreaper_probe_works() -> None:
     assert found.available, found.detail
 
 
-@pytest.mark.skipif(not confinement.detect().has("landlock-fs"), reason="needs Landlock")
+@pytest.mark.needs_landlock
 async def test_a_confined_run_under_the_subreaper_stays_confined(tmp_path: Path) -> None:
     ws = Path(os.environ.get("TMPDIR", "/tmp")) / f"sandbox-rootless-{os.getpid()}"
     ws.mkdir(exist_ok=True)
@@ -60,7 +60,7 @@ async def test_a_confined_run_under_the_subreaper_stays_confined(tmp_path: Path)
     assert "CapEff:\t0000000000000000" in result.stdout, result
 
 
-@pytest.mark.skipif(not ROOT, reason="as root, forced through the unprivileged path")
+@pytest.mark.needs_root  # as root, forced through the unprivileged path
 def test_fork_through_an_intermediate_makes_a_pid_namespace_we_reap() -> None:
     # What an agent without CAP_SYS_ADMIN gets: the command's first process, in a user
     # namespace and a PID namespace of its own, our child (we are a subreaper).

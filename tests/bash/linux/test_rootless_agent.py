@@ -20,8 +20,7 @@ import pytest
 
 from tests import matrix
 
-pytestmark = [pytest.mark.timeout(120),
-              pytest.mark.skipif(bool(matrix.unavailable()), reason=matrix.unavailable())]
+pytestmark = [pytest.mark.timeout(120), pytest.mark.needs_throwaway_user]
 
 AGENT = """
 import asyncio, sys

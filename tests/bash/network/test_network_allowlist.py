@@ -30,8 +30,7 @@ from .test_network_proxy import _http_server, _wheel
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.containment]
 
-needs = pytest.mark.skipif(shutil.which("curl") is None or sys.platform != "linux",
-                           reason="needs Linux and curl")  # fmt: skip
+needs = pytest.mark.needs_program("curl")
 
 
 def _names(mapping: dict[str, list[str]]) -> Any:
@@ -231,9 +230,9 @@ _AGENT = textwrap.dedent("""
 
 
 @needs
+@pytest.mark.needs_root
+@pytest.mark.needs_program("setpriv", "useradd")
 def test_as_an_unprivileged_user(site: int, tmp_path: Path) -> None:
-    if os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("useradd") is None:
-        pytest.skip("needs root to make a throwaway user (setpriv, useradd)")
     python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else None
     if python is None or subprocess.run([python, "-c", "import sys; assert sys.version_info[:2]"
                                          f" == {sys.version_info[:2]}"]).returncode:  # fmt: skip

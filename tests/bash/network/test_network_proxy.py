@@ -148,7 +148,7 @@ def _curl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=30)  # fmt: skip
 
 
-needs_curl = pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+needs_curl = pytest.mark.needs_program("curl")
 
 
 @needs_curl
@@ -235,10 +235,10 @@ def test_urllib_through_the_proxy(site: tuple[Path, int]) -> None:
         assert info.value.code == 403
 
 
+@pytest.mark.needs_program("git")
 def test_git_clone_over_http(tmp_path: Path) -> None:
     git = shutil.which("git")
-    if git is None:
-        pytest.skip("git is not installed")
+    assert git is not None
     work = tmp_path / "src"
     subprocess.run([git, "init", "-q", str(work)], check=True)
     (work / "f").write_text("x\n")
@@ -507,8 +507,7 @@ for entries in ([f"pub.test:{port}"], [f"pub.test:{port}", f"11.22.33.44:{port}"
 """
 
 
-@pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("ip") is None,
-                    reason="needs unshare and ip")  # fmt: skip
+@pytest.mark.needs_user_net_namespace
 def test_a_listed_name_resolving_to_an_address_of_this_machine_reaches_nothing(
     tmp_path: Path,
 ) -> None:
@@ -518,9 +517,6 @@ def test_a_listed_name_resolving_to_an_address_of_this_machine_reaches_nothing(
     script = tmp_path / "own.py"
     script.write_text(_OWN_ADDRESS)
     repo = REPO
-    probe = subprocess.run(["unshare", "-Urn", "true"], capture_output=True)
-    if probe.returncode:
-        pytest.skip("cannot make a user and network namespace here")
     r = subprocess.run(["unshare", "-Urn", sys.executable, str(script)], capture_output=True,
                        text=True, timeout=40, env={**os.environ, "PYTHONPATH": str(repo)})  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]

@@ -232,7 +232,7 @@ EXAMPLES = 250
 MIN_REACHED_BASH = 40
 
 
-@pytest.mark.skipif(STRACE is None, reason="strace is not installed (apt-get install strace)")
+@pytest.mark.needs_strace
 def test_allowed_commands_execute_only_allowed_programs(workdir: Path) -> None:
     reached_bash: list[str] = []
 
@@ -322,7 +322,7 @@ SED_EXAMPLES = 300
 MIN_SED_RUN = 30
 
 
-@pytest.mark.skipif(SED is None, reason="sed is not installed")
+@pytest.mark.needs_program("sed")
 def test_sed_scripts_judged_safe_run_no_command_and_write_no_file() -> None:
     from sandbox.bash.policy.analyzers import sed_script_danger
 

@@ -235,7 +235,7 @@ async def test_timeout_kills_every_escape_and_keeps_the_output(
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.skipif(not PIDS_CGROUP, reason="no pids cgroup: a fork bomb as root is unbounded")
+@pytest.mark.needs_pids_cgroup  # without it a fork bomb as root is unbounded
 @pytest.mark.parametrize("containment", _mechanisms(setsid_escape=False))
 async def test_fork_bomb_is_bounded_by_max_child_processes_and_killed_at_timeout(
     containment: str, marker: Marker, tmp_path: Path
@@ -257,9 +257,8 @@ async def test_fork_bomb_is_bounded_by_max_child_processes_and_killed_at_timeout
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.needs_pids_cgroup
 async def test_fork_bomb_never_exceeds_the_process_limit(marker: Marker, tmp_path: Path) -> None:
-    if not PIDS_CGROUP:
-        pytest.skip("no pids cgroup here")
     command = f": {marker.token}; bomb() {{ bomb | bomb; }}; bomb"
     peak = 0
 
@@ -369,7 +368,7 @@ def agent_startup_variable() -> str:
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop privileges")
+@pytest.mark.needs_root  # to drop privileges
 async def test_agent_environ_in_proc_is_unreadable_after_dropping_privileges(
     agent_startup_variable: str, request: pytest.FixtureRequest
 ) -> None:

@@ -28,7 +28,7 @@ from sandbox.bash.run.gitguard import guard_dir, guarded_env
 from sandbox.bash.tool import ExecuteBashTool
 from sandbox.policies import resolve
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+pytestmark = pytest.mark.needs_program("git")
 
 MARK = "PLANTED-PROGRAM-RAN"
 PLAIN = {"PATH": "/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM": "1", "LANG": "C.UTF-8"}

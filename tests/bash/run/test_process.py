@@ -250,9 +250,7 @@ async def test_nproc_enforcement_is_reported(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.skipif(
-    not containment.availability("pids", find_bash()).available, reason="no pids cgroup here"
-)
+@pytest.mark.needs_pids_cgroup
 async def test_max_child_processes_bounds_processes_even_as_root(
     tmp_path: Path, sleep_marker: str
 ) -> None:
@@ -283,15 +281,13 @@ async def test_max_child_processes_bounds_processes_even_as_root(
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("how", ["prologue", "prologue-with-limits", "preexec-dropping-privileges"])
+@pytest.mark.needs_cgroup_v2
+@pytest.mark.parametrize("how", ["prologue", "prologue-with-limits", pytest.param(
+    "preexec-dropping-privileges", marks=pytest.mark.needs_root)])
 async def test_the_shell_is_inside_its_run_cgroups_before_user_code(
     public_workspace: Path, how: str
 ) -> None:
-    if STRONGEST != "cgroup2":
-        pytest.skip("needs cgroup v2 here")
     if how == "preexec-dropping-privileges":
-        if os.geteuid() != 0:
-            pytest.skip("needs root")
         os.chown(public_workspace, 4242, 4242)
     limits = Limits() if how == "prologue" else Limits(max_child_processes=10)
     result = await bash(
@@ -399,10 +395,10 @@ def _dead_pid() -> int:
 
 
 @pytest.mark.anyio
+@pytest.mark.needs_cgroup_v2
 async def test_stale_cgroups_of_dead_owners_are_removed(tmp_path: Path) -> None:
     base, _ = cgroups.locate("")
-    if base is None or STRONGEST != "cgroup2":
-        pytest.skip("needs cgroup v2 here")
+    assert base is not None  # needs_cgroup_v2
     stale = base.path / f"sandbox-{_dead_pid()}-7"
     stale.mkdir()
     containment._reset_detection_for_tests()
@@ -498,7 +494,7 @@ def public_workspace() -> Iterator[Path]:
 
 
 @pytest.mark.anyio
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+@pytest.mark.needs_root
 async def test_drop_privileges_refuses_a_root_owned_private_workspace(
     public_workspace: Path,
 ) -> None:
@@ -508,7 +504,7 @@ async def test_drop_privileges_refuses_a_root_owned_private_workspace(
 
 
 @pytest.mark.anyio
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+@pytest.mark.needs_root
 async def test_drop_privileges_refuses_an_unreachable_workspace(tmp_path: Path) -> None:
     workspace = tmp_path / "w"
     workspace.mkdir()
@@ -519,7 +515,7 @@ async def test_drop_privileges_refuses_an_unreachable_workspace(tmp_path: Path) 
 
 
 @pytest.mark.anyio
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+@pytest.mark.needs_root
 async def test_drop_privileges_runs_as_the_workspace_owner(public_workspace: Path) -> None:
     os.chown(public_workspace, 4242, 4242)
     result = await bash("id -u; id -g; id -G; touch made", public_workspace, drop_privileges=True)

@@ -23,7 +23,7 @@ from sandbox.bash.run import process
 pytestmark = [
     pytest.mark.anyio,
     pytest.mark.timeout(60),
-    pytest.mark.skipif(os.geteuid() != 0, reason="drop_privileges and cgroups need root"),
+    pytest.mark.needs_root,  # drop_privileges and cgroups need root
 ]
 
 
