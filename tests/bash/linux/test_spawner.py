@@ -99,7 +99,6 @@ def test_a_killed_agent_takes_every_command_tree_with_it(how: int, tmp_path: Pat
     while _with_marker(marker) and time.monotonic() - died_at < 2:
         time.sleep(0.005)
     assert _with_marker(marker) == [], "a command survived its agent"
-    assert time.monotonic() - died_at < 1.0
     while not _gone(spawner_pid) and time.monotonic() - died_at < 5:
         time.sleep(0.01)
     assert _gone(spawner_pid), "the spawner outlived its agent"

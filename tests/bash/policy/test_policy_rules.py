@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -331,12 +330,19 @@ def test_nul_byte_is_blocked() -> None:
     assert decision.rule == "R6" and "NUL" in decision.reason
 
 
-def test_command_longer_than_the_limit_is_blocked_without_parsing() -> None:
+def test_command_longer_than_the_limit_is_blocked_without_parsing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandbox.bash.syntax import parse as parse_module
+
+    def no_parse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a command over max_command_bytes reached tree-sitter")
+
+    # Both ways to tree-sitter: in this process, and in the parse worker.
+    monkeypatch.setattr(parse_module, "_parse_tree", no_parse)
+    monkeypatch.setattr(parse_module, "parse_in_worker", no_parse)
     policy = BashToolPolicy(max_command_bytes=1000)
-    started = time.perf_counter()
     decision = policy.check("echo " + "a" * 5000)
     assert decision.rule == "R6" and "longer than 1000" in decision.reason
-    assert time.perf_counter() - started < 0.05
 
 
 def test_multibyte_length_is_counted_in_bytes() -> None:
@@ -348,12 +354,13 @@ def test_nesting_deeper_than_the_limit_is_blocked() -> None:
     assert rule_of(policy, "echo " + "$(" * 30 + "ls" + ")" * 30) == "R6"
 
 
-def test_pathological_input_is_decided_quickly() -> None:
+@pytest.mark.timeout(120)  # a parse that is not cut at its deadline fails here
+def test_pathological_input_is_refused_and_the_parse_ends() -> None:
+    # Bounded by max_parse_seconds (and the worker's kill), not timed here: how fast is
+    # bench/'s business; a loaded CI machine is no place for a stopwatch.
     policy = BashToolPolicy(max_command_bytes=131071, max_parse_seconds=0.3)
     for text in ("$(" * 20000, "(" * 30000, "{ " * 20000, '"$(' * 10000, "a | " * 8000):
-        started = time.perf_counter()
         assert not policy.check(text).allowed
-        assert time.perf_counter() - started < 1.0, text[:10]
 
 
 def test_input_that_parses_too_slowly_is_blocked() -> None:

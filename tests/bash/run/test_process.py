@@ -183,7 +183,9 @@ async def test_shell_exit_is_detected_without_waiting_for_background_jobs(
 ) -> None:
     started = time.monotonic()
     result = await bash(f"sleep {sleep_marker} & echo hi", tmp_path, timeout=60)
-    assert time.monotonic() - started < 2
+    # The sleep lasts 1000 s: well under that is "not waited for" (a margin for a
+    # loaded CI machine; how fast is bench/'s business).
+    assert time.monotonic() - started < 15
     assert result.stdout == "hi\n"
     assert result.killed_processes == 1
 
@@ -382,7 +384,7 @@ async def test_exit_is_detected_by_polling_without_pidfd(
     started = time.monotonic()
     result = await bash(f"sleep {sleep_marker} & echo hi", tmp_path)
     assert result.stdout == "hi\n"
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 15  # not the 1000 s sleep
 
 
 def _dead_pid() -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import time
 
 import pytest
 
@@ -111,12 +110,9 @@ def test_a_worker_that_overruns_is_killed_and_the_next_command_gets_a_new_one() 
     parse("echo " + "a " * 3000)
     before = guard._worker
     assert before is not None
-    started = time.perf_counter()
     slow = parse("a | " * 12000, max_seconds=0.2)
-    elapsed = time.perf_counter() - started
     assert [f.rule for f in slow.findings] == ["R6"]
     assert "longer than 0.2 s to parse" in slow.findings[0].message
-    assert elapsed < 1.0
     assert before.process.returncode is not None  # killed and reaped
     assert parse("echo " + "a " * 3000).findings == ()
     assert guard._worker is not None and guard._worker is not before
@@ -161,10 +157,8 @@ def test_a_reply_nobody_read_is_read_or_its_worker_replaced() -> None:
     assert parse("echo " + "a " * 3000).findings == ()
     assert guard._worker is kept
     slow_r9 = "${x:-" * 1000 + "}" * 1000
-    started = time.perf_counter()
     assert "nesting deeper" in parse(slow_r9).findings[0].message
     assert parse("echo " + "b " * 3000).findings == ()
-    assert time.perf_counter() - started < 1.0
     assert guard._worker is kept
     # A caller that failed between the parse and its script left a reply unread: the
     # next command reads it (or replaces the worker), never takes it for its own.
