@@ -23,7 +23,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -138,7 +138,7 @@ def _count_lines(fd: int, size: int) -> int:
 def _add_timestamp(
     _: Any, __: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
-    event_dict["ts"] = datetime.now(timezone.utc).isoformat()
+    event_dict["ts"] = datetime.now(UTC).isoformat()
     return event_dict
 
 

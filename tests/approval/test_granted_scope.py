@@ -125,6 +125,6 @@ def test_the_payload_a_tool_asks_about_is_shown_to_the_human() -> None:
     request = ConfirmationRequest(
         id="cf_1", call_id="c1", tool="transfer", args={"amount": 500}, digest="d",
         hint="Transfer?", payload={"to": "acct\r<script>"}, kind="tool",
-        created_at=datetime.datetime.now(datetime.timezone.utc))
+        created_at=datetime.datetime.now(datetime.UTC))
     details = shown(request)["details"]
     assert "payload" in details and "\r" not in str(details) and "acct" in str(details)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(10)]
 
 def request(**overrides: Any) -> ConfirmationRequest:
     fields: dict[str, Any] = dict(id="cf_1", call_id="c1", tool="t", args={}, digest="d",
-                                  created_at=datetime.now(timezone.utc))
+                                  created_at=datetime.now(UTC))
     fields.update(overrides)
     return ConfirmationRequest(**fields)
 

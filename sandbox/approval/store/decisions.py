@@ -26,7 +26,7 @@ repeat them in PL/pgSQL.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sandbox.approval.models import canonical_json
@@ -152,7 +152,7 @@ def check_waiting_answer(request_id: str, outcome: str, answer_json: str,
 
 def timed_out_message(request_id: str, expires: float | None) -> str:
     when = "" if expires is None else (
-        f" (it expired at {datetime.fromtimestamp(expires, tz=timezone.utc).isoformat()})")
+        f" (it expired at {datetime.fromtimestamp(expires, tz=UTC).isoformat()})")
     return (f"confirmation {request_id} timed out{when} and was recorded as timed out; "
             "it can no longer be answered. Make the call again to ask anew")
 

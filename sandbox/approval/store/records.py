@@ -11,7 +11,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from json.encoder import c_make_encoder as _c_make_encoder  # type: ignore[attr-defined]
 from json.encoder import encode_basestring as _encode_basestring
 from typing import Any
@@ -71,7 +71,7 @@ def host_id() -> str:
 
 
 def dt(ts: float | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(ts, tz=timezone.utc)
+    return None if ts is None else datetime.fromtimestamp(ts, tz=UTC)
 
 
 class Owner:
@@ -175,7 +175,7 @@ def built_request(
     # mutating its dict cannot change what the request says was asked.
     return ConfirmationRequest.model_construct(
         id=rid, call_id=call_id, tool=tool, args=dict(args), hint=hint, payload=payload,
-        digest=digest, kind=kind, created_at=datetime.fromtimestamp(now, tz=timezone.utc),
+        digest=digest, kind=kind, created_at=datetime.fromtimestamp(now, tz=UTC),
         expires_at=dt(expires_at), status="pending", edited_from=edited_from,
         session_id=session_id, details=details or {},
     )
@@ -192,7 +192,7 @@ def request_from_row(row: tuple[Any, ...]) -> ConfirmationRequest:
         id=row[0], call_id=row[1], tool=row[2], args=json.loads(row[3]), digest=row[4],
         hint=row[5], payload=None if row[6] is None else json.loads(row[6]), kind=row[7],
         details={} if row[8] is None else json.loads(row[8]), status=row[9],
-        created_at=datetime.fromtimestamp(row[10], tz=timezone.utc),
+        created_at=datetime.fromtimestamp(row[10], tz=UTC),
         expires_at=dt(row[11]), edited_from=row[12],
         session_id=row[13],
     )

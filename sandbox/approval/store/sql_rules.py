@@ -7,7 +7,7 @@ import contextlib
 import json
 import threading
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sandbox.approval.models import Rule, canonical_json
@@ -123,7 +123,7 @@ def rule_row(rule: Rule) -> tuple[Any, ...]:
 
 
 def utc(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, tz=timezone.utc)
+    return datetime.fromtimestamp(ts, tz=UTC)
 
 
 def rule_from_row(row: tuple[Any, ...]) -> Rule:

@@ -30,14 +30,13 @@ from __future__ import annotations
 import math
 import os
 import threading
+import tomllib
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-
-import tomllib
 
 from sandbox.bash.config import DEFAULTS as DEFAULT_PROTECTED
 from sandbox.bash.config import ConfinementRequest

@@ -30,14 +30,13 @@ with ``program_specs = "builtin"`` and may add or replace its own (``[programs.N
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-
-import tomllib
 
 from sandbox.bash.syntax.model import Word
 from sandbox.bash.syntax.words import may_be_several

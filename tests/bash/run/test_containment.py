@@ -138,7 +138,7 @@ async def _run(
     command: str,
     workspace: Path,
     *,
-    timeout: float,  # noqa: ASYNC109 - run_bash's budget, passed through
+    timeout: float,
     containment: str = "auto",
     max_output_bytes: int = MiB,
     **kwargs: object,

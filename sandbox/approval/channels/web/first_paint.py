@@ -13,7 +13,7 @@ stays behind the script's CSRF and origin checks (a form post from this page car
 from __future__ import annotations
 
 import html
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 #: The badge of each kind of request (the script's KINDS).
@@ -92,6 +92,6 @@ def _pieces(pieces: list[list[Any]]) -> str:
 
 
 def _time(iso: str) -> str:
-    when = datetime.fromisoformat(iso).astimezone(timezone.utc)
+    when = datetime.fromisoformat(iso).astimezone(UTC)
     return (f'<time datetime="{html.escape(iso)}">'
             f"{when:%Y-%m-%d %H:%M:%S} UTC</time>")
