@@ -181,12 +181,15 @@ def _can_raise_priority() -> bool:
 
 
 def zygote_request_steps(setup: ChildSetup, prepared: Prepared | None,
-                         rlimits: tuple[tuple[int, int], ...]) -> None:  # fmt: skip
+                         rlimits: tuple[tuple[int, int], ...], *,
+                         protected_checked: bool = False) -> None:  # fmt: skip
     """In a zygote, once a request came: the run's rlimits (soft = hard), then the
     identity change and the capabilities it kept for it, as `preexec_fn` orders them.
     Raises OSError when a limit is above the zygote's hard limit, or when a protected
-    path is no longer read-only in its mount namespace (sandbox/bash/linux/protected.py)."""
-    stale = prepared.protected_stale() if prepared is not None else ""
+    path is no longer read-only in its mount namespace (sandbox/bash/linux/protected.py;
+    `protected_checked`: the caller has just checked that, with `stale_in_zygote`)."""
+    stale = prepared.protected_stale() if prepared is not None and not (
+        protected_checked) else ""  # fmt: skip
     if stale:
         raise OSError(stale)
     for res, value in rlimits:

@@ -262,7 +262,9 @@ def _zygote_main(sock: socket.socket, requests: socket.socket, ahead: Any,
                 raise OSError(f"{STALE}: prepared for another setup")
             rlimits = setup.rlimits
         try:
-            zygote_request_steps(key, prepared, rlimits)
+            # Straight from the agent, the protected paths were checked just above.
+            zygote_request_steps(key, prepared, rlimits,
+                                 protected_checked=source is requests)  # fmt: skip
         except (OSError, ValueError) as e:
             raise OSError(f"{STALE}: the prepared child cannot finish its setup: {e}") from e
     except BaseException as e:
