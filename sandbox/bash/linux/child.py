@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sandbox.bash.linux.apply import Prepared, prepare
-from sandbox.bash.linux.confinement import Confinement
+from sandbox.bash.linux.confinement import Confinement, cached_hash, state_without_hash
 from sandbox.bash.linux.namespaces import initial_user_namespace
 
 __all__ = ["PROLOGUE_FAILED", "ChildSetup", "needs_pid_namespace", "preexec_fn",
@@ -68,6 +68,13 @@ class ChildSetup:
     uid: int | None = None
     gid: int | None = None
     confinement: Confinement | None = None
+
+    # The key of a zygote, looked up several times a run: hashed once (see there).
+    def __hash__(self) -> int:
+        return cached_hash(self)
+
+    def __getstate__(self) -> dict[str, object]:
+        return state_without_hash(self)
 
 
 def bash_posix_mode(env: Mapping[str, str]) -> bool:
