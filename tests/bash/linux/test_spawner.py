@@ -250,3 +250,67 @@ def test_a_killed_agent_leaves_no_reserved_run_behind(tmp_path: Path) -> None:
     assert all(_gone(pid) for pid in children), "a child of the spawner outlived it"
     assert _with_marker(marker) == []
     assert not any(os.path.exists(path) for path in reserved), reserved
+
+
+_AGENT_DIES_BETWEEN_MESSAGES = r"""
+import anyio, os, pathlib, signal, sys, time
+from sandbox.bash import process, spawner
+from sandbox.bash.confinement import ConfinementRequest
+from sandbox.bash.process import run_bash, Limits
+async def main():
+    cwd = pathlib.Path(sys.argv[1])
+    kwargs = dict(env={"PATH": "/usr/bin:/bin"}, timeout=60, limits=Limits(),
+                  confinement=ConfinementRequest())
+    await run_bash("true", cwd=cwd, **kwargs)  # reserves the next run
+    for _ in range(500):
+        await anyio.sleep(0.01)
+        held = [r for kept in process._reservations.values() for r in kept]
+        if held and all(r.spawner.offered(r.key) for r in held):
+            break
+    else:
+        raise SystemExit("no zygote was offered")
+    print(spawner.Spawner.shared().pid, flush=True)
+    send = spawner._send
+    def dying(sock, obj, fds=None):
+        if isinstance(obj, tuple) and obj[:1] == ("taken",):
+            # The zygote has the command; the spawner has not heard it was taken.
+            time.sleep(float(sys.argv[3]))
+            running = [e for e in os.listdir("/proc") if e.isdigit()
+                       and sys.argv[4].encode() in open(f"/proc/{e}/cmdline", "rb").read()]
+            print(len(running), flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return send(sock, obj, fds)
+    spawner._send = dying
+    await run_bash(sys.argv[2], cwd=cwd, **kwargs)
+anyio.run(main)
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not __import__("sandbox.bash.confinement", fromlist=["detect"]).detect()
+                    .has("private-proc"), reason="needs a PID namespace per command")
+@pytest.mark.parametrize("delay", [0.0, 0.3])
+def test_an_agent_killed_before_telling_the_spawner_its_zygote_was_taken_leaves_nothing(
+        delay: float, tmp_path: Path) -> None:  # fmt: skip
+    """A zygote that is the first process of its own PID namespace gets the command
+    before the spawner hears it was taken: the agent dying between the two (here at
+    once, and once the command has forked escapes) leaves no process of the command
+    behind: the spawner kills the zygote as an offer nobody took, and the kernel the
+    rest of its namespace."""
+    marker = f"sleep-{uuid.uuid4().hex}"
+    command = (f"setsid bash -c 'exec -a {marker} sleep 300' & "
+               f"(exec -a {marker} sleep 301 &); exec -a {marker} sleep 302")  # fmt: skip
+    agent = subprocess.Popen([sys.executable, "-c", _AGENT_DIES_BETWEEN_MESSAGES,
+                              str(tmp_path), command, str(delay), marker],
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert agent.stdout is not None
+    spawner_pid = int(agent.stdout.readline())
+    running = int(agent.stdout.readline())
+    assert agent.wait(timeout=30) == -signal.SIGKILL
+    if delay:
+        assert running >= 3, running  # the command ran, and forked its escapes
+    deadline = time.monotonic() + 10
+    while (_with_marker(marker) or not _gone(spawner_pid)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _with_marker(marker) == [], "a process of the command outlived its agent"
+    assert _gone(spawner_pid)
