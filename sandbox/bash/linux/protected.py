@@ -388,6 +388,7 @@ def scan(workspace: str, patterns: tuple[str, ...], *, limit: int | None = None)
 _LOOP_SCAN_DIRECTORIES = 1024
 _LOOP_SCAN_SECONDS = 0.002
 _scan_seconds: dict[tuple[str, tuple[str, ...], int], float] = {}
+_walk_seconds = [0.0]  # of the last scan's walk (under _scan_lock)
 
 
 def scan_if_cached(workspace: str, patterns: tuple[str, ...]) -> ProtectedPaths | None:
@@ -428,11 +429,13 @@ def _timed_scan(workspace: str, patterns: tuple[str, ...], limit: int, now: floa
         firsts.setdefault(pattern.split("/", 1)[0], []).append(pattern)
     protect_git = bool(git_entries)
     started = time.perf_counter()
+    _walk_seconds[0] = 0.0
     found = _scan(workspace, patterns, limit, anchored, floating, git_entries, tops,
                   firsts, protect_git, now, watch)  # fmt: skip
     key = (workspace, patterns, limit)
     _scan_seconds.pop(key, None)
-    _scan_seconds[key] = time.perf_counter() - started
+    # What a scan without a walk costs: the examination alone.
+    _scan_seconds[key] = time.perf_counter() - started - _walk_seconds[0]
     while len(_scan_seconds) > 4 * _WATCHED_WORKSPACES:
         _scan_seconds.pop(next(iter(_scan_seconds)))
     return found
@@ -541,9 +544,11 @@ def _scan(workspace: str, patterns: tuple[str, ...], limit: int, anchored: list[
         repo_roots, gitfiles = set(kept.repo_roots), set(kept.gitfiles)
         directories, problem = kept.directories, ""
     else:
+        walk_started = time.perf_counter()
         targets, git_dirs, repo_roots, gitfiles, directories, problem, walked = _walk(
             workspace, limit, anchored, floating, firsts, first_names, protect_git, now,
             watch)  # fmt: skip
+        _walk_seconds[0] = time.perf_counter() - walk_started
         if not problem:
             _walks.pop(key, None)
             _walks[key] = _Walked(frozenset(walked), frozenset(targets), frozenset(git_dirs),
