@@ -255,8 +255,13 @@ def needs_own_pid_namespace(key: object) -> bool:
 def _zombie_status(pid: int) -> int | None:
     """The wait status of exited, unreaped `pid` from /proc/PID/stat, or None."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
+        # os.open, not open(): a buffered file costs 4 more system calls (fstat, ioctl,
+        # two lseeks) on every run.
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fields = os.read(fd, 4096).rsplit(b")", 1)[1].split()
+        finally:
+            os.close(fd)
     except (OSError, IndexError):
         return None
     # fields[0] is field 3 (state); exit_code is field 52.
