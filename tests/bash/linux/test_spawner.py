@@ -254,9 +254,10 @@ def test_a_killed_agent_leaves_no_reserved_run_behind(tmp_path: Path) -> None:
 
 _AGENT_DIES_BETWEEN_MESSAGES = r"""
 import anyio, os, pathlib, signal, sys, time
-from sandbox.bash import process, spawner
-from sandbox.bash.confinement import ConfinementRequest
-from sandbox.bash.process import run_bash, Limits
+from sandbox.bash.linux import spawner
+from sandbox.bash.run import process
+from sandbox.bash.linux.confinement import ConfinementRequest
+from sandbox.bash.run.process import run_bash, Limits
 def running(marker):
     found = 0
     for entry in os.listdir("/proc"):
@@ -295,8 +296,8 @@ anyio.run(main)
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.skipif(not __import__("sandbox.bash.confinement", fromlist=["detect"]).detect()
-                    .has("private-proc"), reason="needs a PID namespace per command")
+@pytest.mark.skipif(not __import__("sandbox.bash.linux.confinement", fromlist=["detect"])
+                    .detect().has("private-proc"), reason="needs a PID namespace per command")
 @pytest.mark.parametrize("wait", ["at once", "forked"])
 def test_an_agent_killed_before_telling_the_spawner_its_zygote_was_taken_leaves_nothing(
         wait: str, tmp_path: Path) -> None:  # fmt: skip
