@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sandbox.bash.linux.apply import Prepared, prepare
-from sandbox.bash.linux.confinement import Confinement
+from sandbox.bash.linux.confinement import Confinement, cached_hash, state_without_hash
 from sandbox.bash.linux.namespaces import initial_user_namespace
 
 __all__ = ["PROLOGUE_FAILED", "ChildSetup", "needs_pid_namespace", "preexec_fn",
@@ -68,6 +68,13 @@ class ChildSetup:
     uid: int | None = None
     gid: int | None = None
     confinement: Confinement | None = None
+
+    # The key of a zygote, looked up several times a run: hashed once (see there).
+    def __hash__(self) -> int:
+        return cached_hash(self)
+
+    def __getstate__(self) -> dict[str, object]:
+        return state_without_hash(self)
 
 
 def bash_posix_mode(env: Mapping[str, str]) -> bool:
@@ -181,12 +188,15 @@ def _can_raise_priority() -> bool:
 
 
 def zygote_request_steps(setup: ChildSetup, prepared: Prepared | None,
-                         rlimits: tuple[tuple[int, int], ...]) -> None:  # fmt: skip
+                         rlimits: tuple[tuple[int, int], ...], *,
+                         protected_checked: bool = False) -> None:  # fmt: skip
     """In a zygote, once a request came: the run's rlimits (soft = hard), then the
     identity change and the capabilities it kept for it, as `preexec_fn` orders them.
     Raises OSError when a limit is above the zygote's hard limit, or when a protected
-    path is no longer read-only in its mount namespace (sandbox/bash/linux/protected.py)."""
-    stale = prepared.protected_stale() if prepared is not None else ""
+    path is no longer read-only in its mount namespace (sandbox/bash/linux/protected.py;
+    `protected_checked`: the caller has just checked that, with `stale_in_zygote`)."""
+    stale = prepared.protected_stale() if prepared is not None and not (
+        protected_checked) else ""  # fmt: skip
     if stale:
         raise OSError(stale)
     for res, value in rlimits:

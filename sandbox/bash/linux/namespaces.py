@@ -10,6 +10,7 @@ import errno
 import os
 import select
 import socket
+import struct
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -87,7 +88,13 @@ def _ns_fd(kind: str) -> int:
 def namespace_admin() -> bool:
     """Whether this process may make namespaces without a user namespace of its own:
     CAP_SYS_ADMIN in its user namespace (root on a host, root of a rootless container).
-    An ordinary user, or root stripped of CAP_SYS_ADMIN (Docker's default), needs one."""
+    An ordinary user, or root stripped of CAP_SYS_ADMIN (Docker's default), needs one.
+    Asked with capget(2) (~1 µs; reading /proc/self/status took ~50 µs, and every
+    confined run's plan asks)."""
+    header = ctypes.create_string_buffer(struct.pack("=Ii", _LINUX_CAPABILITY_VERSION_3, 0), 8)
+    data = ctypes.create_string_buffer(24)  # two {effective, permitted, inheritable}
+    if _libc.capget(header, data) == 0:
+        return bool(struct.unpack_from("=I", data.raw, 0)[0] >> _CAP_SYS_ADMIN & 1)
     try:
         caps = int(_status_field("CapEff") or "0", 16)
     except (OSError, ValueError):

@@ -40,6 +40,7 @@ from __future__ import annotations
 import array
 import contextlib
 import io
+import itertools
 import os
 import pickle
 import select
@@ -57,6 +58,9 @@ __all__ = ["SpawnedProcess", "Spawner", "SpawnerError", "remove_tree"]
 
 _MAX_FDS = 64
 _MAX_MESSAGE = 1 << 20
+# Keys asked for and not offered yet, kept to know the offers by (more than the
+# spawner keeps wanted: _spawner_main._MAX_WANTED).
+_MAX_PREPARED = 64
 
 
 class SpawnerError(SandboxError):
@@ -100,14 +104,15 @@ def _send(sock: socket.socket, obj: Any, fds: list[int] | None = None) -> None:
     sock.sendmsg([data], anc)
 
 
-def _recv(sock: socket.socket) -> tuple[Any, list[int]]:
+def _recv(sock: socket.socket, flags: int = 0) -> tuple[Any, list[int]]:
     fds = array.array("i")
     # Close-on-exec: descriptors of the spawner, a zygote or a command must never reach
     # a program the agent (or the spawner) execs. Whoever holds a zygote's request
     # socket runs code in it before it dropped its privileges, and an offer's reply
     # socket names files the spawner writes as root.
     data, anc, _flags, _addr = sock.recvmsg(
-        _MAX_MESSAGE, socket.CMSG_SPACE(_MAX_FDS * fds.itemsize), socket.MSG_CMSG_CLOEXEC)
+        _MAX_MESSAGE, socket.CMSG_SPACE(_MAX_FDS * fds.itemsize),
+        socket.MSG_CMSG_CLOEXEC | flags)  # fmt: skip
     for level, kind, payload in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
@@ -240,11 +245,23 @@ class SpawnedProcess:
         self._reply.close()
 
 
+def needs_own_pid_namespace(key: object) -> bool:
+    """Whether a child set up for `key` (a ChildSetup) is the first process of a PID
+    namespace of its own (its confinement asks for a private /proc)."""
+    confinement = getattr(key, "confinement", None)
+    return bool(getattr(confinement, "private_proc", False))
+
+
 def _zombie_status(pid: int) -> int | None:
     """The wait status of exited, unreaped `pid` from /proc/PID/stat, or None."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
+        # os.open, not open(): a buffered file costs 4 more system calls (fstat, ioctl,
+        # two lseeks) on every run.
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fields = os.read(fd, 4096).rsplit(b")", 1)[1].split()
+        finally:
+            os.close(fd)
     except (OSError, IndexError):
         return None
     # fields[0] is field 3 (state); exit_code is field 52.
@@ -290,6 +307,11 @@ class Spawner:
             raise SpawnerError(f"the spawner process said {ready!r} at start")
         # Zygotes the spawner made ready, by the key they were prepared for.
         self._offers: dict[object, _Offer] = {}
+        # The keys asked for (`prepare`) by the token the spawner's offer names them
+        # by: an offer carries the token, not the key (a key holds every path of a
+        # run's confinement: ~1.6 KB to unpickle, and a copy compares field by field).
+        self._prepared: dict[int, object] = {}
+        self._tokens = itertools.count(1)
 
     @classmethod
     def shared(cls) -> Spawner:
@@ -313,37 +335,40 @@ class Spawner:
     def _take_offers(self) -> None:
         """Read the offers the spawner queued (the newest per key is kept); under
         _lock."""
-        try:
-            self._sock.setblocking(False)
-        except OSError:
+        if self._sock.fileno() < 0:
             self._broken = True  # closed (replaced by a new spawner)
             return
-        try:
-            while True:
-                try:
-                    message, fds = _recv(self._sock)
-                except BlockingIOError:
-                    return
-                except (OSError, EOFError):
-                    self._broken = True
-                    return
-                if (isinstance(message, tuple) and message[:1] == ("offer",)
-                        and len(fds) == 3):  # fmt: skip
-                    old = self._offers.pop(message[2], None)
-                    if old is not None:
-                        old.close()  # the spawner sees it let go
-                    self._offers[message[2]] = _Offer(message[1], message[2], fds)
-                else:
-                    for fd in fds:
-                        os.close(fd)
-        finally:
-            with contextlib.suppress(OSError):
-                self._sock.setblocking(True)
+        while True:
+            try:
+                message, fds = _recv(self._sock, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            except (OSError, EOFError):
+                self._broken = True
+                return
+            key = None
+            if (isinstance(message, tuple) and message[:1] == ("offer",)
+                    and len(fds) == 3 and isinstance(message[2], int)):  # fmt: skip
+                # The very object `prepare` was given: looked up by identity first.
+                key = self._prepared.pop(message[2], None)
+            if key is not None:
+                old = self._offers.pop(key, None)
+                if old is not None:
+                    old.close()  # the spawner sees it let go
+                self._offers[key] = _Offer(message[1], key, fds)
+            else:
+                for fd in fds:
+                    os.close(fd)
 
     def prepare(self, key: object) -> None:
         """Ask for a zygote made ahead for `key` (a `child.spawn_key`: the setup of a
         run reserved for it): the spawner makes it when idle and offers it."""
-        self._tell(("prepare", key))
+        with self._lock:
+            token = next(self._tokens)
+            self._prepared[token] = key
+            while len(self._prepared) > _MAX_PREPARED:
+                del self._prepared[next(iter(self._prepared))]
+        self._tell(("prepare", key, token))
 
     def forget(self, key: object) -> None:
         """The run reserved for `key` will not come: its zygote goes (offered or not)."""
@@ -351,6 +376,8 @@ class Spawner:
             offer = self._offers.pop(key, None)
             if offer is not None:
                 offer.close()  # the spawner revokes it
+            for token in [t for t, k in self._prepared.items() if k is key]:
+                del self._prepared[token]
         self._tell(("forget", key))
 
     def _tell(self, message: tuple[object, ...]) -> None:
@@ -387,12 +414,18 @@ class Spawner:
         # The zygote is set up for `key` already: it needs the rlimits only.
         compact = {name: value for name, value in request.items() if name != "setup"}
         compact["rlimits"] = request["setup"].rlimits
-        try:
-            # The spawner first: should we die between the two, it knows what to kill.
-            _send(offer.reply, ("taken", list(kill_files)), [started_r])
-        except OSError:
-            offer.close()  # an offer the spawner revoked: it sees us let go
-            return None
+        # Should we die between the two messages, the spawner must know what to kill:
+        # told first, unless the zygote is the first process of a PID namespace of its
+        # own (then the spawner kills it as an offer not taken, and the kernel every
+        # other process of the namespace with it). Told second, the spawner, woken by
+        # it, no longer holds a CPU the zygote needs right then (2 cores: ~0.3 ms).
+        first = not needs_own_pid_namespace(key)
+        if first:
+            try:
+                _send(offer.reply, ("taken", list(kill_files)), [started_r])
+            except OSError:
+                offer.close()  # an offer the spawner revoked: it sees us let go
+                return None
         try:
             _send(offer.requests, compact, fds)
         except OSError:
@@ -404,6 +437,12 @@ class Spawner:
                 _send(offer.reply, ("reap",))
             offer.close()
             return None
+        if not first:
+            # The command is the zygote's now: never handed to anyone else. Should the
+            # spawner be gone, its zygote died with it (PR_SET_PDEATHSIG) and waiting
+            # for it says the result is lost.
+            with contextlib.suppress(OSError):
+                _send(offer.reply, ("taken", list(kill_files)), [started_r])
         offer.requests.close()
         pidfd, offer.pidfd = offer.pidfd, -1
         return SpawnedProcess(offer.pid, pidfd, offer.reply, started_r, acknowledges=True)

@@ -165,6 +165,7 @@ class _Zygote:
         self.pidfd = os.pidfd_open(pid)
         self.held: list[int] = []  # its mount namespace, once it said it is ready
         self.ready = False
+        self.token: Any = None  # what the agent knows its key by (Spawner.prepare)
 
     def usable_for(self, key: Any) -> bool:
         if key != self.key or select.select([self.pidfd], [], [], 0)[0]:
@@ -262,7 +263,9 @@ def _zygote_main(sock: socket.socket, requests: socket.socket, ahead: Any,
                 raise OSError(f"{STALE}: prepared for another setup")
             rlimits = setup.rlimits
         try:
-            zygote_request_steps(key, prepared, rlimits)
+            # Straight from the agent, the protected paths were checked just above.
+            zygote_request_steps(key, prepared, rlimits,
+                                 protected_checked=source is requests)  # fmt: skip
         except (OSError, ValueError) as e:
             raise OSError(f"{STALE}: the prepared child cannot finish its setup: {e}") from e
     except BaseException as e:
@@ -406,6 +409,7 @@ def serve(fd: int, agent: int) -> None:
     # The keys of the zygotes to make when idle, oldest first: the agent asks for one
     # ("prepare") once it has reserved a run, and lets go of it ("forget").
     wanted: list[Any] = []
+    tokens: dict[Any, Any] = {}  # the agent's token of each wanted key
     loose: list[str] = []  # TMPDIRs of jobs the agent let go of (see below)
     failed: list[str] = []  # why the zygotes made since the last one offered failed
 
@@ -426,8 +430,11 @@ def serve(fd: int, agent: int) -> None:
                 if not events:
                     continue
             if not events and wanted:
+                key = wanted.pop(0)
+                token = tokens.pop(key, None)
                 try:
-                    zygote = _Zygote(wanted.pop(0))
+                    zygote = _Zygote(key)
+                    zygote.token = token
                 except PidNamespaceLost:
                     raise
                 except OSError:
@@ -485,9 +492,14 @@ def serve(fd: int, agent: int) -> None:
                             elif not made and not offered and key not in wanted:
                                 wanted.append(key)
                                 del wanted[:-_MAX_WANTED]
+                                # What the agent knows the key by (see _offer).
+                                tokens[key] = request[2] if len(request) > 2 else None
+                                for gone in [k for k in tokens if k not in wanted]:
+                                    del tokens[gone]
                         else:
                             if key in wanted:
                                 wanted.remove(key)
+                                tokens.pop(key, None)
                             for zygote in made:
                                 drop(zygote)
                             for job in offered:
@@ -642,7 +654,8 @@ def _offer(control: socket.socket, zygote: _Zygote, failed: list[str]) -> _Job |
     job = _Job(zygote.pid, ours, [], -1, held, offered=zygote)
     job.tmpdirs = _tmpdirs(zygote.key)
     try:
-        _send(control, ("offer", zygote.pid, zygote.key),
+        # The agent's token of the key, which it maps back to the key it holds.
+        _send(control, ("offer", zygote.pid, zygote.token),
               [zygote.agents.fileno(), theirs.fileno(), zygote.pidfd])  # fmt: skip
     except OSError:
         _revoke(job)

@@ -1118,7 +1118,10 @@ async def _supervise(
             # The spawner died: raised below, plainly (not in an exception group);
             # run_bash's cleanup kills what is left.
             lost = e
-        readers.cancel_scope.cancel()
+        if not (out_done.is_set() and err_done.is_set()):
+            # (Not when both are at end of file: anyio's cancel() formats the repr of
+            # the current task for its reason, ~50 µs a run.)
+            readers.cancel_scope.cancel()
     if lost is not None:
         raise lost
     for fd, capture, done in (

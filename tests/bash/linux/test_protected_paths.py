@@ -619,3 +619,124 @@ async def test_a_workspace_that_is_a_bare_repository(shared_workspace: Path, hom
                           protect=True)  # fmt: skip
     assert (shared_workspace / "config").read_text() == before, result
     assert not (shared_workspace / "hooks" / "pre-receive").exists()
+
+
+# ------------------------------------------------------------------ the scan on the loop
+#
+# A scan whose walk is cached whole runs on the caller's event loop (scan_if_cached):
+# whatever changed in the workspace between two runs must still be found.
+
+
+@pytest.fixture(autouse=True)
+def _no_time_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan on the loop is also bounded by the time the last one took: not what
+    these tests are about (and a loaded machine would make them flaky)."""
+    monkeypatch.setattr(protected, "_LOOP_SCAN_SECONDS", 60.0)
+
+
+def _cached(workspace: Path) -> protected.ProtectedPaths | None:
+    patterns = protected.resolve_patterns(("@default",))
+    return protected.scan_if_cached(str(workspace), patterns)
+
+
+def _fresh(workspace: Path) -> protected.ProtectedPaths:
+    return protected.scan(str(workspace), protected.resolve_patterns(("@default",)))
+
+
+def test_an_unchanged_workspace_is_scanned_without_a_walk(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    first = _fresh(tmp_path)
+    again = _cached(tmp_path)
+    assert again is not None and again == first
+
+
+@needs_git
+@pytest.mark.parametrize("change", ["a repository made in a subdirectory",
+                                    "a protected name made at the root",
+                                    "a protected name made in a subdirectory's repository",
+                                    "a directory renamed"])  # fmt: skip
+def test_a_directory_changed_between_two_runs_is_walked_again(
+        tmp_path: Path, home: Path, change: str) -> None:  # fmt: skip
+    make_repo(home, tmp_path / "sub")
+    (tmp_path / "other").mkdir()
+    before = _fresh(tmp_path)
+    assert _cached(tmp_path) == before
+    if change == "a repository made in a subdirectory":
+        make_repo(home, tmp_path / "other" / "late")
+        wanted = str(tmp_path / "other" / "late" / ".git" / "config")
+    elif change == "a protected name made at the root":
+        (tmp_path / ".envrc").write_text("echo hi\n")
+        wanted = str(tmp_path / ".envrc")
+    elif change == "a protected name made in a subdirectory's repository":
+        (tmp_path / "sub" / ".envrc").write_text("echo hi\n")
+        wanted = str(tmp_path / "sub" / ".envrc")
+    else:
+        os.rename(tmp_path / "sub", tmp_path / "moved")
+        wanted = str(tmp_path / "moved" / ".git" / "config")
+    assert _cached(tmp_path) is None  # not from the cached walk: a walk, in a thread
+    after = _fresh(tmp_path)
+    assert wanted in after.read_only, after
+    assert _cached(tmp_path) == after  # and cached again from then on
+
+
+@needs_git
+def test_what_a_config_names_is_read_again_on_the_loop(tmp_path: Path, home: Path) -> None:
+    """A git configuration changed in place (no directory event) is read again by the
+    scan on the loop: what it names (core.hooksPath) is protected at the next run."""
+    make_repo(home, tmp_path)
+    (tmp_path / "hooks2").mkdir()
+    _fresh(tmp_path)
+    with open(tmp_path / ".git" / "config", "a") as f:  # in place: no entry made
+        f.write("[core]\n\thooksPath = hooks2\n")
+    found = _cached(tmp_path)
+    assert found is not None and str(tmp_path / "hooks2") in found.read_only, found
+
+
+@needs_git
+def test_a_hard_link_made_outside_the_workspace_is_found_on_the_loop(
+        tmp_path: Path, home: Path) -> None:  # fmt: skip
+    """A second link to a protected file, made where no walk looks (outside the
+    workspace, on the same file system): no directory of the workspace changes, and
+    the scan on the loop still refuses the run."""
+    workspace = tmp_path / "ws"
+    make_repo(home, workspace)
+    assert not _fresh(workspace).problem
+    os.link(workspace / ".git" / "config", tmp_path / "alias")
+    found = _cached(workspace)
+    assert found is not None and "hard links" in found.problem, found
+
+
+def test_a_large_walk_is_not_examined_on_the_loop(tmp_path: Path) -> None:
+    for i in range(protected._LOOP_SCAN_DIRECTORIES + 1):
+        (tmp_path / f"d{i}").mkdir()
+    assert not _fresh(tmp_path).problem
+    assert _cached(tmp_path) is None
+
+
+@needs_mounts
+async def test_runs_after_the_first_scan_their_workspace_on_the_loop(
+        shared_workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The second run of an unchanged workspace hops to no worker thread for its scan,
+    and a protected name made on the host before the third is held all the same."""
+    tool = ExecuteBashTool(workspace=shared_workspace, policy=BashToolPolicy(drop_privileges=False))
+    # The first run makes the placeholders (entries of the root: walked again at the
+    # next run); from then on the reserved runs hold them.
+    await _reserved(tool)
+    await _reserved(tool)
+    hops: list[object] = []
+    real = anyio.to_thread.run_sync
+
+    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(fn)
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    assert (await tool.run_async(args={"command": "true"}, tool_context=ctx()))["returncode"] == 0
+    assert protected.scan not in hops
+    (shared_workspace / "sub" / ".git").mkdir(parents=True)  # a repository, on the host
+    (shared_workspace / "sub" / ".git" / "config").write_text("[core]\n")
+    (shared_workspace / ".attack.sh").write_text("echo x >> sub/.git/config\n")
+    result = await tool.run_async(args={"command": "bash .attack.sh"}, tool_context=ctx())
+    assert protected.scan in hops  # the root changed: walked again, in a thread
+    assert result["returncode"] != 0 and "Read-only" in result["stderr"], result
+    assert (shared_workspace / "sub" / ".git" / "config").read_text() == "[core]\n"

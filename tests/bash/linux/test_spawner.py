@@ -249,3 +249,86 @@ def test_a_killed_agent_leaves_no_reserved_run_behind(tmp_path: Path) -> None:
     assert all(_gone(pid) for pid in children), "a child of the spawner outlived it"
     assert _with_marker(marker) == []
     assert not any(os.path.exists(path) for path in reserved), reserved
+
+
+_AGENT_DIES_BETWEEN_MESSAGES = r"""
+import anyio, os, pathlib, signal, sys, time
+from sandbox.bash.linux import spawner
+from sandbox.bash.run import process
+from sandbox.bash.linux.confinement import ConfinementRequest
+from sandbox.bash.run.process import run_bash, Limits
+def running(marker):
+    found = 0
+    for entry in os.listdir("/proc"):
+        try:
+            found += entry.isdigit() and marker in open(f"/proc/{entry}/cmdline", "rb").read()
+        except OSError:
+            pass
+    return found
+async def main():
+    cwd, command, wait, marker = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+    kwargs = dict(env={"PATH": "/usr/bin:/bin"}, timeout=5, limits=Limits(),
+                  confinement=ConfinementRequest())
+    await run_bash("true", cwd=cwd, **kwargs)  # reserves the next run
+    for _ in range(500):
+        await anyio.sleep(0.01)
+        held = [r for kept in process._reservations.values() for r in kept]
+        if held and all(r.spawner.offered(r.key) for r in held):
+            break
+    print(spawner.Spawner.shared().pid, flush=True)
+    send = spawner._send
+    def dying(sock, obj, fds=None):
+        if isinstance(obj, tuple) and obj[:1] == ("taken",):
+            # The zygote has the command; the spawner has not heard it was taken.
+            deadline = time.monotonic() + 20
+            while wait == "forked" and running(marker.encode()) < 3:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            print(running(marker.encode()), flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return send(sock, obj, fds)
+    spawner._send = dying
+    await run_bash(command, cwd=cwd, **kwargs)
+    print("not through a zygote", flush=True)  # one found itself stale (/etc changed)
+anyio.run(main)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not __import__("sandbox.bash.linux.confinement", fromlist=["detect"])
+                    .detect().has("private-proc"), reason="needs a PID namespace per command")
+@pytest.mark.parametrize("wait", ["at once", "forked"])
+def test_an_agent_killed_before_telling_the_spawner_its_zygote_was_taken_leaves_nothing(
+        wait: str, tmp_path: Path) -> None:  # fmt: skip
+    """A zygote that is the first process of its own PID namespace gets the command
+    before the spawner hears it was taken: the agent dying between the two (at once,
+    and once the command has forked escapes) leaves no process of the command behind:
+    the spawner kills the zygote as an offer nobody took, and the kernel the rest of
+    its namespace."""
+    for _ in range(5):  # a zygote may find itself stale (another test changed /etc)
+        marker = f"sleep-{uuid.uuid4().hex}"
+        command = (f"setsid bash -c 'exec -a {marker} sleep 300' & "
+                   f"(exec -a {marker} sleep 301 &); exec -a {marker} sleep 302")  # fmt: skip
+        agent = subprocess.Popen([sys.executable, "-c", _AGENT_DIES_BETWEEN_MESSAGES,
+                                  str(tmp_path), command, wait, marker],
+                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert agent.stdout is not None
+        spawner_pid = int(agent.stdout.readline())
+        said = agent.stdout.readline().strip()
+        agent.wait(timeout=30)
+        if said != "not through a zygote":
+            break
+    assert said.isdigit(), said
+    assert agent.returncode == -signal.SIGKILL
+    if wait == "forked":
+        assert int(said) >= 3  # the command ran, and forked its escapes
+    deadline = time.monotonic() + 10
+    while not _gone(spawner_pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _gone(spawner_pid)
+    # The spawner reaped the zygote before it exited, and the first process of a PID
+    # namespace is reaped only once every other process in it is gone: nothing may be
+    # left now (not after a while: another agent on this machine would remove stale
+    # cgroups, killing what they hold, and hide an escape).
+    time.sleep(0.1)
+    assert _with_marker(marker) == [], "a process of the command outlived its agent"
