@@ -121,11 +121,11 @@ def _private_proc() -> str:
 
 @_cached
 def _mount_namespace() -> str:
-    from sandbox.bash.linux import protected
+    from sandbox.bash.linux import protected_apply
 
     if _detected("private-proc"):
         return ""
-    problem = protected.mount_namespace_problem()
+    problem = protected_apply.mount_namespace_problem()
     if not problem:
         return ""
     return (f"needs a mount namespace for the command ({problem}): run as root, or where "

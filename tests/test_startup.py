@@ -123,8 +123,8 @@ def test_sandbox_run_reserves_no_next_run(tmp_path: Path) -> None:
     code = ("import sys; sys.argv = ['sandbox', 'run', '--approve', 'auto', '--', 'true']\n"
             "from sandbox.cli.main import main\n"
             "code = main()\n"
-            "from sandbox.bash.run import process\n"
-            "print('reserved', sum(len(held) for held in process._reservations.values()))\n"
+            "from sandbox.bash.run import reservations\n"
+            "print('reserved', sum(len(held) for held in reservations._reservations.values()))\n"
             "raise SystemExit(code)\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                           text=True, timeout=100, stdin=subprocess.DEVNULL, check=False)

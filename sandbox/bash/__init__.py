@@ -8,7 +8,8 @@ from sandbox._lazy import exports
 if TYPE_CHECKING:
     from sandbox.bash.policy.evaluate import BashToolPolicy, PolicyDecision
     from sandbox.bash.policy.hardening import DEFAULT_HARDENING, HardeningRule
-    from sandbox.bash.run.process import Limits, ProcessResult, detect_protections, run_bash
+    from sandbox.bash.run.doctor import detect_protections
+    from sandbox.bash.run.process import Limits, ProcessResult, run_bash
     from sandbox.bash.syntax.parse import escape_controls
     from sandbox.bash.tool import ExecuteBashTool
 
@@ -24,10 +25,10 @@ __getattr__, __dir__ = exports(
             "BashToolPolicy",
             "PolicyDecision",
         ),
+        "sandbox.bash.run.doctor": ("detect_protections",),
         "sandbox.bash.run.process": (
             "Limits",
             "ProcessResult",
-            "detect_protections",
             "run_bash",
         ),
         "sandbox.bash.tool": ("ExecuteBashTool",),

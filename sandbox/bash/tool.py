@@ -21,12 +21,12 @@ from sandbox.bash.config import resolve_patterns as resolve_protected
 from sandbox.bash.network.allowlist import Allowlist
 from sandbox.bash.policy.evaluate import BashToolPolicy, PolicyDecision
 from sandbox.bash.run import warm
+from sandbox.bash.run.checks import _unprivileged_identity
 from sandbox.bash.run.gitguard import guard_readable_paths, guarded_env
 from sandbox.bash.run.process import (
     Limits,
     NetworkAccess,
     ProcessResult,
-    _unprivileged_identity,
     run_bash,
 )
 from sandbox.bash.syntax.parse import ParseOffLoop, escape_controls, loop_budget

@@ -199,9 +199,9 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     import anyio
 
-    from sandbox.bash.run import process
+    from sandbox.bash.run import reservations
 
-    process.reserve_ahead = False  # one command, then this process exits
+    reservations.reserve_ahead = False  # one command, then this process exits
     result = anyio.run(_call_with_status, runner, command, asking)
     if "signal" in result:
         # Ctrl-C, SIGTERM, SIGHUP: the command's tree is already killed.

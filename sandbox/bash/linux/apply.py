@@ -12,7 +12,7 @@ import socket
 import struct
 from typing import TYPE_CHECKING
 
-from sandbox.bash.linux import protected as _protected
+from sandbox.bash.linux import protected_apply as _protected
 from sandbox.bash.linux.etc import _etc_secrets
 from sandbox.bash.linux.landlock import (
     _add_path_rule,

@@ -65,6 +65,7 @@ from sandbox.bash.config import (
     ConfinementUnavailable,
 )
 from sandbox.bash.linux import protected as _protected
+from sandbox.bash.linux import protected_apply
 from sandbox.bash.linux.apply import Prepared, prepare
 from sandbox.bash.linux.etc import ETC, _etc_rules
 from sandbox.bash.linux.landlock import DEVICE_PATHS, SYSTEM_READ_PATHS
@@ -552,7 +553,7 @@ def plan(
         report["identity"] = "active: runs as an unprivileged uid"
     if missing:
         report["missing"] = "; ".join(f"{layer} ({why})" for layer, why in missing.items())
-    confinement = _protected.plan_layer(  # sandbox/bash/linux/protected.py
+    confinement = protected_apply.plan_layer(  # sandbox/bash/linux/protected.py
         confinement, report, protected=request.protected, filesystem=request.filesystem,
         mode=request.mode, own_mounts=private_proc, root=root)  # fmt: skip
     return confinement, report
@@ -585,6 +586,6 @@ def describe_kernel() -> dict[str, object]:
             layers[layer] = f"available: {detail}"
         else:
             layers[layer] = f"unavailable: {kernel.missing[layer]}"
-    layers["protected-paths"] = _protected.describe_mechanism(  # sandbox/bash/linux/protected.py
+    layers["protected-paths"] = protected_apply.describe_mechanism(  # sandbox/bash/linux/protected.py
         private_proc=kernel.has("private-proc"), landlock=kernel.has("landlock-fs"))
     return {"landlock_abi": kernel.landlock_abi, "layers": layers}

@@ -28,19 +28,14 @@ The life of one run (`run_bash`):
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import functools
 import os
-import pwd
 import resource
 import shutil
 import signal
 import socket
-import stat
 import sys
-import tempfile
-import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
@@ -51,14 +46,10 @@ from typing import Any, ParamSpec, TypeVar
 import anyio
 import anyio.to_thread
 
-from sandbox.bash.linux import protected as _protected
 from sandbox.bash.linux.child import ChildSetup, bash_posix_mode, shell_prologue, spawn_key
 from sandbox.bash.linux.confinement import (
     Confinement,
     ConfinementRequest,
-    describe_kernel,
-    initial_user_namespace,
-    namespace_admin,
     plan,
 )
 from sandbox.bash.linux.confinement import detect as detect_confinement
@@ -72,7 +63,16 @@ from sandbox.bash.network.proxy import (
     proxy_environment,
     shared_proxy,
 )
+from sandbox.bash.run import reservations
 from sandbox.bash.run.capture import BoundedCapture, decoded, drain_buffered, pump, set_pipe_size
+from sandbox.bash.run.checks import (
+    _check_command,
+    _check_cwd,
+    _check_env,
+    _check_rlimits,
+    _reachable,
+    _unprivileged_identity,
+)
 from sandbox.bash.run.containment import (
     MECHANISMS,
     SUBREAPER_SCRIPT,
@@ -81,6 +81,14 @@ from sandbox.bash.run.containment import (
     choose,
     high_descriptor,
     open_tree,
+)
+from sandbox.bash.run.protected_scan import attach_protected
+from sandbox.bash.run.reservations import (
+    _RESERVABLE,
+    _live_spawner,
+    _private_tmpdir,
+    _reserve_soon,
+    _take_reservation,
 )
 from sandbox.errors import ConfigurationError, SandboxError
 
@@ -93,7 +101,6 @@ __all__ = [
     "Limits",
     "NetworkAccess",
     "ProcessResult",
-    "detect_protections",
     "find_bash",
     "run_bash",
 ]
@@ -105,17 +112,6 @@ DRAIN_GRACE = 0.05
 # How long to wait for a SIGKILLed main process to be gone (it can be stuck in
 # uninterruptible sleep, e.g. on a dead NFS server; then it is left to CPython's reaper).
 KILL_GRACE = 2.0
-# Linux refuses a single argv string of 128 KiB or more (MAX_ARG_STRLEN), with E2BIG.
-MAX_ARG_STRLEN = 128 * 1024
-# Environment variables that make bash or the dynamic loader run code at startup,
-# before the first line of the command (and so before the containment prologue):
-# sourced files, exported functions, xtrace expanding PS4, and any LD_* variable
-# (LD_LIBRARY_PATH into the workspace would let one command plant a library that runs
-# at the start of the next, uncontained). A command can still set them for what it
-# runs (`export LD_LIBRARY_PATH=...; prog`): that happens after the prologue.
-STARTUP_CODE_VARIABLES = frozenset({"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "GCONV_PATH"})
-STARTUP_CODE_PREFIXES = ("BASH_FUNC_", "LD_")
-NOBODY = 65534
 
 
 @dataclass(frozen=True)
@@ -366,134 +362,6 @@ class BashProcess:
         self._popen.close()  # the pidfd and the reply socket
 
 
-# --------------------------------------------------------------------------- checks
-
-
-def _check_cwd(cwd: Path) -> str:
-    try:
-        st = os.stat(cwd)
-    except FileNotFoundError:
-        raise ConfigurationError(
-            f"workspace directory {cwd} does not exist; create it or pass an existing "
-            "directory as cwd"
-        ) from None
-    except OSError as e:
-        raise ConfigurationError(f"workspace directory {cwd} cannot be used: {e}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise ConfigurationError(f"workspace {cwd} is not a directory; pass a directory as cwd")
-    return os.fspath(cwd)
-
-
-def _check_env(env: Mapping[str, str]) -> None:
-    for name, value in env.items():
-        if name in STARTUP_CODE_VARIABLES or name.startswith(STARTUP_CODE_PREFIXES):
-            raise ConfigurationError(
-                f"env sets {name}, which makes bash or the loader run code at startup, "
-                "before the sandbox's containment takes effect; remove it from env (a "
-                f"command may still set it for its own programs: export {name}=...; ...)"
-            )
-        if not isinstance(name, str) or not isinstance(value, str):
-            raise ConfigurationError(f"env must map str to str, got {name!r}: {value!r}")
-
-
-def _check_command(command: str) -> None:
-    if "\0" in command:
-        raise ConfigurationError("command contains a NUL byte, which bash -c cannot receive")
-    size = len(os.fsencode(command))
-    if size >= MAX_ARG_STRLEN - 4096:  # leave room for the containment prologue
-        raise ConfigurationError(
-            f"command is {size} bytes; Linux passes at most {MAX_ARG_STRLEN - 1} bytes in "
-            "one argument: write long scripts to a file in the workspace and run that"
-        )
-
-
-def _reachable(path: str, granted: tuple[str, ...]) -> bool:
-    real = os.path.realpath(path)
-    return any(
-        real == os.path.realpath(g) or real.startswith(os.path.realpath(g).rstrip("/") + "/")
-        for g in granted
-        if not g.endswith("/")  # "dir/" grants listing only
-    )
-
-
-def _usable_by(path: Path, uid: int, gid: int, need_write: bool) -> bool:
-    st = os.stat(path)
-    if st.st_uid == uid:
-        bits = stat.S_IXUSR | (stat.S_IWUSR if need_write else 0)
-    elif st.st_gid == gid:
-        bits = stat.S_IXGRP | (stat.S_IWGRP if need_write else 0)
-    else:
-        bits = stat.S_IXOTH | (stat.S_IWOTH if need_write else 0)
-    return st.st_mode & bits == bits
-
-
-def _mapped(kind: str, value: int) -> bool:
-    """Whether `value` is a uid ("uid") or gid ("gid") of this user namespace."""
-    try:
-        with open(f"/proc/self/{kind}_map") as f:
-            for line in f:
-                inside, _outside, count = (int(x) for x in line.split())
-                if inside <= value < inside + count:
-                    return True
-    except (OSError, ValueError):
-        return True  # no user namespaces: every id exists
-    return False
-
-
-def _unprivileged_identity(cwd: str) -> tuple[int, int]:
-    """The uid/gid a dropped command runs as: the workspace owner if that is not root
-    (so the workspace stays writable), else nobody (then the workspace must be
-    writable by nobody)."""
-    owner = os.stat(cwd).st_uid
-    if owner != 0:
-        uid = owner
-        try:
-            gid = pwd.getpwuid(uid).pw_gid
-        except KeyError:
-            gid = os.stat(cwd).st_gid
-    else:
-        try:
-            entry = pwd.getpwnam("nobody")
-            uid, gid = entry.pw_uid, entry.pw_gid
-        except KeyError:
-            uid, gid = NOBODY, NOBODY
-    for kind, value in (("uid", uid), ("gid", gid)):
-        if not _mapped(kind, value):
-            raise ConfigurationError(
-                f"drop_privileges: {kind} {value} does not exist in this user namespace (a "
-                "rootless container that maps only its own ids): root here is an ordinary "
-                "user of the host already; pass drop_privileges=False, or map more ids "
-                "(/etc/subuid, /etc/subgid)"
-            )
-    workspace = Path(cwd).resolve()
-    for directory in workspace.parents:
-        if not _usable_by(directory, uid, gid, need_write=False):
-            raise ConfigurationError(
-                f"drop_privileges: uid {uid} cannot reach the workspace {cwd} "
-                f"({directory} is not searchable by it); chmod o+x {directory}, or "
-                "pass drop_privileges=False"
-            )
-    if not _usable_by(workspace, uid, gid, need_write=True):
-        raise ConfigurationError(
-            f"drop_privileges: the workspace {cwd} is owned by root and not writable by "
-            f"uid {uid}; chown it to an unprivileged user (commands then run as that "
-            "user), or pass drop_privileges=False"
-        )
-    return uid, gid
-
-
-def _check_rlimits(rlimits: tuple[tuple[int, int], ...]) -> None:
-    if os.geteuid() == 0:
-        return  # root may raise hard limits
-    for res, value in rlimits:
-        _soft, hard = resource.getrlimit(res)
-        if hard != resource.RLIM_INFINITY and value > hard:
-            raise ConfigurationError(
-                f"a limit of {value} exceeds this process's hard limit {hard} for "
-                f"resource {res}; an unprivileged process cannot raise it: lower the limit"
-            )
-
-
 # --------------------------------------------------------------------------- running
 
 
@@ -566,15 +434,6 @@ def _gated(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
             return await fn(*args, **kwargs)
 
     return gated
-
-
-def _live_spawner() -> Spawner | None:
-    """This process's spawner if it runs, without starting one."""
-    running = Spawner._shared
-    if (running is None or running._broken or running._proc.poll() is not None
-            or running._pid_changed()):  # fmt: skip
-        return None
-    return running
 
 
 async def _spawner_started() -> None:
@@ -695,7 +554,7 @@ async def run_bash(
             )
             # Scanned for each run: part of the signature, so that a reservation made
             # before a protected path appeared is not taken (sandbox/bash/linux/protected.py).
-            plan_request = await _protected.attach(plan_request, workdir)
+            plan_request = await attach_protected(plan_request, workdir)
         # A run set up in the child (all of it, below, once it takes a reservation)
         # can take a run reserved ahead (its tree and TMPDIR), whose zygote has set
         # itself up for it already; not one that asked for its rlimits in a prologue.
@@ -711,8 +570,7 @@ async def run_bash(
             not proxied) and (uid is not None or confined or rlimits_via == "preexec_fn")
         signature = (mechanism, shell, plan_request, workdir, uid, gid)
         if reservable:
-            global _last_signature
-            _last_signature = signature
+            reservations._last_signature = signature
         held = _take_reservation(signature) if reservable else None
         reserved = held is not None
         if held is not None:
@@ -876,7 +734,7 @@ async def run_bash(
             "failed; run `sandbox doctor` to see what works here"
         )
 
-    if reservable and reserve_ahead:
+    if reservable and reservations.reserve_ahead:
         _reserve_soon(signature, plan_request)
     if limits.max_child_processes is None:
         nproc = None
@@ -908,193 +766,6 @@ async def run_bash(
         protections=protections,
         network=network_report if proxied else None,
     )
-
-
-# --------------------------------------------------------------------------- reservation
-#
-# A cgroup move waits for an RCU grace period (~10-20 ms here) once no move has happened
-# for a few tens of milliseconds: the kernel's cgroup_threadgroup_rwsem falls back to
-# its fast reader mode when idle, and a writer must wait a grace period to leave it.
-# An agent calls its tool after waiting for its model, so nearly every command would
-# pay it. Instead, each run reserves the tree of the next one (same mechanism, a pids
-# cgroup whether or not the next run limits processes) and asks the spawner for a
-# zygote prepared ahead for it: that zygote joins the cgroups while the agent waits
-# for its model. The next run takes the reservation only if that zygote is offered
-# already; a reservation no run takes is discarded when the next one is made.
-
-_RESERVABLE = ("cgroup2", "cgroup1-freezer", "killpg")
-
-
-@dataclass
-class _Reservation:
-    signature: tuple[Any, ...]  # what the run asked for: see run_bash
-    key: ChildSetup  # the zygote's spawn_key
-    tree: Tree
-    tmpdir: str | None
-    confinement: Confinement | None
-    protections: dict[str, str] | None
-    spawner: Spawner
-    made: float
-
-    def forget(self) -> None:
-        """No run will take this one: its zygote goes, then its tree and TMPDIR."""
-        try:
-            self.spawner.forget(self.key)
-        except OSError:
-            pass
-        finally:
-            self.discard()
-
-    def discard(self) -> None:
-        try:
-            self.tree.discard()
-        finally:
-            if self.tmpdir is not None:
-                remove_tree(self.tmpdir)
-
-
-# By signature, least recently reserved first (an agent may alternate tools with
-# different policies), each a list: back to back, one run takes a reservation while the
-# next is still being made, and a second one ready absorbs it.
-_reservations: dict[tuple[Any, ...], list[_Reservation]] = {}
-_MAX_RESERVATIONS = 4  # signatures
-_RESERVED_PER_SIGNATURE = 2
-_reservation_lock = threading.Lock()
-_reservations_taken = 0  # how many runs took one (for tests and benchmarks)
-_last_signature: tuple[Any, ...] | None = None  # of the last run that could take one
-# Whether a run reserves the next ones like it. A process that runs one command and
-# exits (`sandbox run`) turns it off: its reservations would be made (trees, TMPDIRs,
-# zygotes) only to be discarded at its exit.
-reserve_ahead = True
-# A reservation whose zygote has not been offered by then is made again.
-_RESERVATION_PATIENCE = 2.0
-
-
-def _private_tmpdir(uid: int | None, gid: int | None) -> str:
-    tmpdir = tempfile.mkdtemp(prefix="sandbox-tmp-")
-    if uid is not None and gid is not None:
-        os.chown(tmpdir, uid, gid)
-    return tmpdir
-
-
-def _take_reservation(signature: tuple[Any, ...]) -> _Reservation | None:
-    """A run reserved for one like this, whose zygote is offered now (the oldest)."""
-    global _reservations_taken
-    with _reservation_lock:
-        kept = _reservations.get(signature)
-        if not kept:
-            return None
-        offered = kept[0].spawner.offered_keys()  # one spawner: see _reserve
-        ready = [r for r in kept if r.key in offered]
-        if not ready:
-            return None
-        held = ready[0]
-        _reservations[signature].remove(held)
-        if held.tmpdir is not None and not os.path.isdir(held.tmpdir):
-            gone = held  # removed from under us (a /tmp cleaner): not usable
-        else:
-            _reservations_taken += 1
-            return held
-    gone.forget()
-    return None
-
-
-def _reserve(signature: tuple[Any, ...], plan_request: ConfinementRequest | None) -> None:
-    """Reserve the next runs like this one (their trees, their TMPDIRs) and ask the
-    spawner for a zygote set up for each (see above). Never raises: without a
-    reservation the next run sets itself up as usual."""
-    mechanism, shell, _, workdir, uid, gid = signature
-    made: list[Any] = []
-    dropped: list[_Reservation] = []
-    try:
-        # Never started here (on the event loop): the next run starts it, in a thread.
-        live = _live_spawner()
-        if live is None:
-            return
-        spawner = live
-        with _reservation_lock:
-            # Those of a spawner that is gone, and those whose zygote is overdue, are
-            # discarded (then made again); this signature becomes the most recent.
-            now = time.monotonic()
-            for sig in list(_reservations):
-                kept = []
-                for other in _reservations.pop(sig):
-                    if other.spawner is spawner and (
-                            now - other.made < _RESERVATION_PATIENCE
-                            or other.spawner.offered(other.key)):  # fmt: skip
-                        kept.append(other)
-                    else:
-                        dropped.append(other)
-                if kept or sig == signature:
-                    _reservations[sig] = kept
-            held = _reservations.pop(signature, [])
-            _reservations[signature] = held
-            while len(held) < _RESERVED_PER_SIGNATURE:
-                tmpdir = None
-                if plan_request is not None and plan_request.mode != "none":
-                    # Ours (0700) until a run takes it: nobody else's files in it by then.
-                    tmpdir = _private_tmpdir(None, None)
-                    made.append(tmpdir)
-                confinement, protections = None, None
-                if plan_request is not None:
-                    confinement, protections = plan(
-                        plan_request, workspace=workdir, tmpdir=tmpdir,
-                        drops_to_uid=uid is not None)  # fmt: skip
-                tree = open_tree(mechanism, limit_processes=True, shell=shell,
-                                 own_pid_namespace=mechanism == "pidns")  # fmt: skip
-                made.append(tree)
-                key = ChildSetup(cgroup_procs=tree.placement_files, uid=uid, gid=gid,
-                                 confinement=confinement)  # fmt: skip
-                spawner.prepare(key)
-                held.append(_Reservation(signature, key, tree, tmpdir, confinement,
-                                         protections, spawner, time.monotonic()))  # fmt: skip
-                made.clear()
-            while len(_reservations) > _MAX_RESERVATIONS:
-                dropped.extend(_reservations.pop(next(iter(_reservations))))
-    except Exception:  # an optimisation: the next run does without
-        for thing in made:
-            if isinstance(thing, str):
-                remove_tree(thing)
-            else:
-                thing.discard()
-    finally:
-        for other in dropped:
-            other.forget()
-
-
-def _reserve_soon(signature: tuple[Any, ...], plan_request: ConfinementRequest | None) -> None:
-    """`_reserve`, after the result is handed back: on asyncio, at the event loop's
-    next turn (an agent's next await is usually its model call, while which the
-    zygote sets itself up); elsewhere, now."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        _reserve(signature, plan_request)
-    else:
-        loop.call_soon(_reserve, signature, plan_request)
-
-
-def _forget_the_parents_reservations() -> None:
-    """In a child forked from the agent: the reservations are the parent's (their
-    zygotes are offered to the parent's spawner, their TMPDIRs and cgroups meant for
-    the parent's runs): never taken, never discarded here."""
-    global _reservations, _reservation_lock
-    _reservations = {}
-    _reservation_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_the_parents_reservations)
-
-
-def _discard_reservations() -> None:
-    with _reservation_lock:
-        held = [r for kept in _reservations.values() for r in kept]
-        _reservations.clear()
-    for reservation in held:
-        reservation.discard()
-
-
-atexit.register(_discard_reservations)
 
 
 async def _supervise(
@@ -1150,122 +821,3 @@ async def _end(process: BashProcess, tree: Tree, out_done: anyio.Event,
         await out_done.wait()
         await err_done.wait()
     return exited, killed, returncode
-
-
-# --------------------------------------------------------------------------- doctor
-
-
-def detect_protections() -> dict[str, Any]:
-    """Which containment mechanisms work here, which one `run_bash` uses, and how
-    max_child_processes and the other limits are enforced (for `sandbox doctor`).
-
-    Probes each mechanism once per process (a few milliseconds; cached).
-    """
-    # Root of the machine: uid 0 of the first user namespace. Root of a rootless
-    # container is an ordinary uid to the kernel's RLIMIT_NPROC.
-    root = os.geteuid() == 0 and initial_user_namespace()
-    report: dict[str, Any] = {"running_as_root": os.geteuid() == 0,
-                              "in_user_namespace": not initial_user_namespace()}
-    try:
-        shell = find_bash()
-    except ConfigurationError as e:
-        report.update(bash=None, error=str(e), containment=None)
-        return report
-    report["bash"] = shell
-    mechanisms = {}
-    for name in MECHANISMS:
-        found = availability(name, shell)
-        mechanisms[name] = {"available": found.available, "detail": found.detail}
-    report["mechanisms"] = mechanisms
-    unconfined = choose("auto", shell)
-    kernel = detect_confinement()
-    # What runs really use: a confined run (the default) with a private /proc is the
-    # first process of a PID namespace of its own, which beats all but the cgroups.
-    if unconfined in ("pidns", "subreaper", "killpg") and kernel.has("private-proc"):
-        report["containment"] = "pidns"
-        report["containment_detail"] = (
-            "confined runs: a PID namespace of the command's own, made by the spawner"
-            + ("" if namespace_admin() and initial_user_namespace()
-               else " in a user namespace of the command's own")
-            + f"; runs with confinement='none': {unconfined}")
-    else:
-        report["containment"] = unconfined
-        report["containment_detail"] = f"every run: {unconfined}"
-    pids = availability("pids", shell)
-    if pids.available:
-        nproc = "pids-cgroup"
-    elif root:
-        nproc = "rlimit-only(ineffective as root)"
-    elif kernel.has("private-proc") and not (namespace_admin() and initial_user_namespace()):
-        # Each command in a user namespace of its own: RLIMIT_NPROC counts its own.
-        nproc = "rlimit-userns"
-    else:
-        nproc = "rlimit"
-    report["max_child_processes"] = {
-        "enforcement": nproc,  # confined runs (the default)
-        "enforcement_unconfined": nproc if nproc != "rlimit-userns" else "rlimit",
-        "pids_cgroup": {"available": pids.available, "detail": pids.detail},
-        "with_drop_privileges": "pids-cgroup" if pids.available else "setuid:<uid>",
-    }
-    try:
-        pidfd = os.pidfd_open(os.getpid())
-        os.close(pidfd)
-        report["exit_detection"] = "pidfd"
-    except (AttributeError, OSError) as e:
-        report["exit_detection"] = f"polling waitid ({getattr(e, 'strerror', e)})"
-    report["setup_in_child"] = (
-        "cgroup placement by a builtin-only shell prologue (no preexec_fn, vfork fast "
-        "path); rlimits through preexec_fn when any limit is set (rlimits_via="
-        "'prologue' uses bash's ulimit instead); preexec_fn always with drop_privileges"
-    )
-    confined = detect_confinement()
-    raise_again = (
-        "enforced (a root command cannot raise it: its capabilities are dropped)"
-        if confined.has("capabilities")
-        else "enforced (can be raised again by a root command)"
-    )
-    report["rlimits"] = {
-        "RLIMIT_AS": raise_again if root else "enforced",
-        "RLIMIT_FSIZE": raise_again if root else "enforced",
-        "RLIMIT_NPROC": "ineffective for root (uid 0 is exempt even without capabilities)"
-        if root
-        else "enforced, counting the command's own processes (its own user namespace)"
-        if nproc == "rlimit-userns"
-        else "enforced per uid (counts every process of this uid)",
-        "RLIMIT_CORE": "0 whenever a limit is set",
-    }
-    confinement = describe_kernel()
-    report["confinement"] = confinement
-    landlock = confined.has("landlock-fs")
-    report["agent_environment_readable_by_command"] = (
-        "no: the command has a PID namespace and a /proc of its own, where the agent "
-        "does not exist (and Landlock forbids ptrace access outside its domain)"
-        if landlock and confined.has("private-proc")
-        else "no: Landlock forbids ptrace access (and so /proc/<pid>/environ) outside the "
-        "command's domain"
-        if landlock
-        else "yes via /proc/<agent pid>/environ, unless drop_privileges=True"
-        if root
-        else "only by processes of the same uid (the command runs as this uid)"
-    )
-    report["network"] = network_modes(confined)
-    return report
-
-
-def network_modes(confined: Any) -> dict[str, str]:
-    """What each policy `network` mode gives a command on this machine."""
-    netns = confined.has("netns")
-    why = "" if netns else confined.missing.get("netns", "no network namespace")
-    fallback = "TCP denied by Landlock" if confined.has("landlock-net") else (
-        "no TCP restriction at all: Landlock's network rules are missing too")  # fmt: skip
-    return {
-        "none": "available: an empty network namespace" if netns
-        else f"degraded: {why}; {fallback}",
-        "loopback": "available: a private namespace per command, lo up" if netns
-        else f"degraded: {why}; {fallback}",
-        "allowlist": "available: a private namespace per command holding only the "
-        "agent's egress proxy (HTTP 127.0.0.1:3128, SOCKS5 127.0.0.1:1080); names "
-        "checked against allowed_domains, resolved by the proxy" if netns
-        else f"degraded: {why}; {fallback} (no proxy can be reached)",
-        "host": "the host's network, unrestricted",
-    }

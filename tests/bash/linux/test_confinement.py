@@ -30,6 +30,7 @@ from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolConte
 from sandbox.bash.linux import confinement
 from sandbox.bash.linux.confinement import ConfinementRequest, seccomp_program
 from sandbox.bash.run import process as process_module
+from sandbox.bash.run import reservations
 from sandbox.errors import ConfigurationError, PolicyFileError
 from sandbox.policies import resolve
 from tests.paths import REPO
@@ -64,7 +65,7 @@ def workspace(shared_workspace: Path) -> Path:
 
 # How a command is started: forked by the spawner and set up then ("fresh"), or by a
 # zygote the spawner set up ahead for a run reserved like it ("zygote", see
-# process._reserve). Every test below runs both ways.
+# reservations._reserve). Every test below runs both ways.
 SPAWN_PATHS = ("fresh", "zygote")
 
 
@@ -86,28 +87,28 @@ async def run(workspace: Path, command: str, identity: str = "root", **policy: A
     script.write_text(command + "\n")
     script.chmod(0o644)
     tool = ExecuteBashTool(workspace=workspace, policy=BashToolPolicy(**policy))
-    zygote = process_module._reserve.__name__ == "_reserve"  # not patched out
+    zygote = reservations._reserve.__name__ == "_reserve"  # not patched out
     held = None
     if zygote:
-        process_module._last_signature = None
+        reservations._last_signature = None
         warm = await tool.run_async(args={"command": "true"}, tool_context=ctx())
-        signature = process_module._last_signature
+        signature = reservations._last_signature
         # None when the run was refused (confinement='required' on a machine lacking a
         # layer) or could not take one (rlimits_via='prologue' without confinement).
         if signature is not None and "error" not in warm:
             for _ in range(1000):  # made at the event loop's next turn, then offered
                 await anyio.sleep(0.01)
-                kept = process_module._reservations.get(signature, [])
+                kept = reservations._reservations.get(signature, [])
                 if kept and all(r.spawner.offered(r.key) for r in kept):
                     held = kept[0]
                     break
             else:
                 raise AssertionError("the reserved run's zygote was never offered")
-    taken_before = process_module._reservations_taken
+    taken_before = reservations._reservations_taken
     result: dict[str, Any] = await tool.run_async(args={"command": "bash .escape.sh"},
                                                   tool_context=ctx())  # fmt: skip
     if zygote and held is not None:
-        assert process_module._reservations_taken == taken_before + 1, result
+        assert reservations._reservations_taken == taken_before + 1, result
     return result
 
 

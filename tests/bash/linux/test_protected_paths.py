@@ -25,8 +25,8 @@ import anyio
 import pytest
 
 from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
-from sandbox.bash.linux import confinement, protected
-from sandbox.bash.run import process as process_module
+from sandbox.bash.linux import confinement, protected, protected_apply
+from sandbox.bash.run import reservations
 from sandbox.errors import ConfigurationError, PolicyFileError
 from tests.paths import REPO
 
@@ -164,7 +164,7 @@ async def test_hooks_missing_cannot_be_created(shared_workspace: Path, home: Pat
     assert marker.exists() is not protect
     # The placeholder is gone once no run needs it.
     if protect:
-        process_module._discard_reservations()
+        reservations._discard_reservations()
         for _ in range(100):
             if not (shared_workspace / ".git" / "hooks").exists():
                 break
@@ -189,7 +189,7 @@ ABSENT_NAMES = {
 async def test_an_absent_protected_name_cannot_be_created(
         shared_workspace: Path, marker: Path, name: str, protect: bool) -> None:  # fmt: skip
     await attack(shared_workspace, ABSENT_NAMES[name].format(marker=marker), protect=protect)
-    process_module._discard_reservations()  # the placeholders go with the last holder
+    reservations._discard_reservations()  # the placeholders go with the last holder
     planted = shared_workspace / name
     if protect:
         assert not planted.exists() and not planted.is_symlink(), sorted(
@@ -294,14 +294,14 @@ async def test_a_file_with_another_hard_link_is_refused(shared_workspace: Path, 
 
 
 async def _reserved(tool: ExecuteBashTool) -> Any:
-    process_module._last_signature = None
+    reservations._last_signature = None
     warm = await tool.run_async(args={"command": "true"}, tool_context=ctx())
     assert warm["returncode"] == 0, warm
-    signature = process_module._last_signature
+    signature = reservations._last_signature
     assert signature is not None
     for _ in range(1000):
         await anyio.sleep(0.01)
-        kept = process_module._reservations.get(signature, [])
+        kept = reservations._reservations.get(signature, [])
         if kept and all(r.spawner.offered(r.key) for r in kept):
             return kept[0]
     raise AssertionError("the reserved run's zygote was never offered")
@@ -349,9 +349,9 @@ async def test_the_zygote_serves_runs_under_protection(shared_workspace: Path) -
     their reservations."""
     tool = ExecuteBashTool(workspace=shared_workspace, policy=BashToolPolicy(drop_privileges=False))
     await _reserved(tool)
-    taken = process_module._reservations_taken
+    taken = reservations._reservations_taken
     result = await tool.run_async(args={"command": "echo x > .envrc"}, tool_context=ctx())
-    assert process_module._reservations_taken == taken + 1
+    assert reservations._reservations_taken == taken + 1
     assert result["returncode"] != 0
 
 
@@ -441,7 +441,7 @@ async def test_without_a_mount_namespace_landlock_refuses_the_writes(
     finally:
         monkeypatch.delenv(confinement.UNAVAILABLE_ENV)
         confinement._reset_detection_for_tests()
-        protected._probed = None
+        protected_apply._probed = None
 
 
 # ------------------------------------------------------------------ an ordinary user

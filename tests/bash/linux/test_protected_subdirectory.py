@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.bash.run import process as process_module
+from sandbox.bash.run import reservations
 from tests.bash.linux.test_protected_paths import attack, needs_mounts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -34,5 +34,5 @@ async def test_an_absent_protected_name_in_a_subdirectory_cannot_be_created(
         (shared_workspace / "src").chmod(0o777)
     await attack(shared_workspace, f"mkdir -p {sub} && echo 'touch /tmp/x' > {sub}/.envrc",
                  protect=True)  # fmt: skip
-    process_module._discard_reservations()
+    reservations._discard_reservations()
     assert not (shared_workspace / sub / ".envrc").exists()

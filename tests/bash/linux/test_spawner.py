@@ -200,6 +200,7 @@ async def test_commands_of_different_confinements_at_once_each_run_once(tmp_path
 
 _AGENT_WITH_RESERVATION = r"""
 import anyio, pathlib, sys, time
+from sandbox.bash.run import reservations
 from sandbox.bash.run import process
 from sandbox.bash.linux.confinement import ConfinementRequest
 from sandbox.bash.run.process import run_bash, Limits
@@ -211,7 +212,7 @@ async def main():
     await run_bash("true", cwd=one, **kwargs)   # reserves the next run in `one`
     for _ in range(500):
         await anyio.sleep(0.01)
-        held = [r for kept in process._reservations.values() for r in kept]
+        held = [r for kept in reservations._reservations.values() for r in kept]
         if held and all(r.spawner.offered(r.key) for r in held):
             break
     print(Spawner.shared().pid, *[r.tmpdir for r in held], flush=True)
@@ -272,7 +273,7 @@ async def main():
     await run_bash("true", cwd=cwd, **kwargs)  # reserves the next run
     for _ in range(500):
         await anyio.sleep(0.01)
-        held = [r for kept in process._reservations.values() for r in kept]
+        held = [r for kept in reservations._reservations.values() for r in kept]
         if held and all(r.spawner.offered(r.key) for r in held):
             break
     print(spawner.Spawner.shared().pid, flush=True)

@@ -31,7 +31,8 @@ import pytest
 
 from sandbox.bash.linux.confinement import ConfinementRequest
 from sandbox.bash.run.containment import MECHANISMS, availability
-from sandbox.bash.run.process import Limits, ProcessResult, detect_protections, find_bash, run_bash
+from sandbox.bash.run.doctor import detect_protections
+from sandbox.bash.run.process import Limits, ProcessResult, find_bash, run_bash
 
 pytestmark = [pytest.mark.containment, pytest.mark.anyio]
 

@@ -20,13 +20,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandbox.bash.linux import cgroups
-from sandbox.bash.run import containment
-from sandbox.bash.run import process as process_module
+from sandbox.bash.run import containment, reservations
 from sandbox.bash.run.capture import BoundedCapture
+from sandbox.bash.run.doctor import detect_protections
 from sandbox.bash.run.process import (
     Limits,
     ProcessResult,
-    detect_protections,
     find_bash,
     run_bash,
 )
@@ -55,7 +54,7 @@ def leftover_cgroup_dirs() -> list[Path]:
     run (at most cgroups._POOL_SIZE per hierarchy, removed at exit)."""
     dirs = our_cgroup_dirs()
     # The next runs' reservations: their cgroups hold at most the zygote made for each.
-    reserved = {Path(f).parent for kept in process_module._reservations.values()
+    reserved = {Path(f).parent for kept in reservations._reservations.values()
                 for held in kept for f in held.tree.placement_files}
     for d in reserved:
         assert len((d / "cgroup.procs").read_text().split()) <= 1, d

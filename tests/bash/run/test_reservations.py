@@ -1,4 +1,4 @@
-"""Reserved runs (process._reserve): each run reserves the next one like it (its cgroups,
+"""Reserved runs (reservations._reserve): each run reserves the next one like it (its cgroups,
 its private TMPDIR) and the spawner sets up a zygote for it ahead. What a reserved run
 must not change: the TMPDIR is private and the agent's own, the zygote is not a process
 of the unprivileged uid before its request, a forked agent does not share its parent's
@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
-from sandbox.bash.run import process
+from sandbox.bash.run import process, reservations
 
 pytestmark = [
     pytest.mark.anyio,
@@ -38,14 +38,14 @@ def workspace(shared_workspace: Path) -> Path:
 
 async def reserved_after(tool: ExecuteBashTool) -> process._Reservation:
     """Run `true`, then wait until the run it reserved has its zygote offered."""
-    process._last_signature = None
+    reservations._last_signature = None
     result = await tool.run_async(args={"command": "true"}, tool_context=ctx())
     assert result["returncode"] == 0, result
-    signature = process._last_signature
+    signature = reservations._last_signature
     assert signature is not None
     for _ in range(1000):
         await anyio.sleep(0.01)
-        kept = process._reservations.get(signature, [])
+        kept = reservations._reservations.get(signature, [])
         if kept and all(r.spawner.offered(r.key) for r in kept):
             return kept[0]  # the one the next run takes
     raise AssertionError("no reserved run was offered")
@@ -76,9 +76,9 @@ async def test_a_reserved_tmpdir_and_zygote_stay_roots_until_the_run_takes_them(
     status = Path(f"/proc/{zygote}/status").read_text()
     uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:]
     assert uids == ["0", "0", "0", "0"], status
-    taken = process._reservations_taken
+    taken = reservations._reservations_taken
     result = await run(tool, "bash who.sh")
-    assert process._reservations_taken == taken + 1
+    assert reservations._reservations_taken == taken + 1
     # Its priority is ours again (the zygote set itself up at a lower one).
     nice = str(os.getpriority(os.PRIO_PROCESS, 0))
     assert result["stdout"].splitlines() == ["65534", "nobody 700", nice], result
@@ -113,15 +113,15 @@ async def first():
     await tool.run_async(args={"command": "true"}, tool_context=ctx())
     for _ in range(500):
         await anyio.sleep(0.01)
-        held = [r for kept in process._reservations.values() for r in kept]
+        held = [r for kept in reservations._reservations.values() for r in kept]
         if held and all(r.spawner.offered(r.key) for r in held):
             return
     raise SystemExit("no reserved run was offered")
 anyio.run(first)
 async def second(who):
-    taken = process._reservations_taken
+    taken = reservations._reservations_taken
     r = await tool.run_async(args={"command": "bash run.sh"}, tool_context=ctx())
-    print(who, process._reservations_taken - taken, r["returncode"], r["stdout"].replace("\n", "|"),
+    print(who, reservations._reservations_taken - taken, r["returncode"], r["stdout"].replace("\n", "|"),
           flush=True)
 pid = os.fork()
 if pid == 0:
@@ -166,11 +166,11 @@ async def test_a_reserved_tmpdir_removed_before_its_run_is_not_used(workspace: P
     cgroups = [Path(f).parent for f in held.tree.placement_files]
     assert cgroups and all(c.is_dir() for c in cgroups)
     os.rmdir(held.tmpdir)
-    taken = process._reservations_taken
+    taken = reservations._reservations_taken
     result = await run(tool, "bash t.sh")
     assert result["returncode"] == 0, result
     assert result["stdout"].strip() != held.tmpdir
-    assert process._reservations_taken == taken
+    assert reservations._reservations_taken == taken
     assert not any(c.exists() for c in cgroups)
 
 
@@ -275,10 +275,10 @@ async def main():
         assert r["returncode"] == 0, r
         for _ in range(1000):  # until the next run's zygotes are offered
             await anyio.sleep(0.01)
-            kept = process._reservations.get(process._last_signature, [])
+            kept = reservations._reservations.get(reservations._last_signature, [])
             if kept and all(x.spawner.offered(x.key) for x in kept):
                 break
-    print(process._reservations_taken)
+    print(reservations._reservations_taken)
 anyio.run(main)
 """
 
