@@ -255,7 +255,7 @@ def test_a_killed_agent_leaves_no_reserved_run_behind(tmp_path: Path) -> None:
 _AGENT_DIES_BETWEEN_MESSAGES = r"""
 import anyio, os, pathlib, signal, sys, time
 from sandbox.bash.linux import spawner
-from sandbox.bash.run import process
+from sandbox.bash.run import process, reservations
 from sandbox.bash.linux.confinement import ConfinementRequest
 from sandbox.bash.run.process import run_bash, Limits
 def running(marker):

@@ -105,7 +105,7 @@ async def test_a_writable_path_made_after_the_first_run_is_granted(workspace: Pa
 _FORKING_AGENT = r"""
 import anyio, os, sys
 from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
-from sandbox.bash.run import process
+from sandbox.bash.run import reservations
 ws = sys.argv[1]
 ctx = lambda: ToolContext(function_call_id="c", tool_confirmation=ToolConfirmation(confirmed=True))
 tool = ExecuteBashTool(workspace=ws, policy=BashToolPolicy())
@@ -266,7 +266,7 @@ async def test_an_env_value_of_a_str_subclass_runs(workspace: Path) -> None:
 _AGENT_WITHOUT_SYS_NICE = r"""
 import anyio, sys
 from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
-from sandbox.bash.run import process
+from sandbox.bash.run import process, reservations
 ctx = lambda: ToolContext(function_call_id="c", tool_confirmation=ToolConfirmation(confirmed=True))
 tool = ExecuteBashTool(workspace=sys.argv[1], policy=BashToolPolicy())
 async def main():
