@@ -175,6 +175,8 @@ class ToolRunner(FrameworkHooks):
         # step (`MemoryApprovalStore.open_decided`): the fast path of `_decided_at_once`.
         self._open_decided: Callable[..., str | None] | None = (
             None if self.store.blocking else _fused_steps(self.store))
+        # The class's steps it stands for, checked again at each call (`_unpatched`).
+        self._steps = tuple(getattr(type(self.store), step, None) for step in _STEPS)
         if self.store.blocking:  # a store shared with other processes: report their dead
             self._transitions.report_in_doubt(self.store.in_doubt())
 
@@ -255,7 +257,8 @@ class ToolRunner(FrameworkHooks):
                 return ended
             return await self._execution.replay(ended, call)
         assert isinstance(verdict, gate.Ask)
-        if self._open_decided is not None and self.provider is not None and not call.audited:
+        if self._open_decided is not None and self.provider is not None and not call.audited \
+                and _unpatched(self.store, self._steps):
             fixed = fixed_answer(self.provider)
             if fixed is not None:
                 confirmation = self._decided_at_once(call, verdict, fixed)
@@ -641,6 +644,22 @@ _MAX_SIBLINGS = 4096
 #: Answers people type that are not answers the gate reads (it needs a bool or a model).
 _WORDS = {"yes", "y", "no", "n", "ok", "approve", "approved", "deny", "denied", "reject",
           "once", "always", "session"}
+
+
+#: The steps ``open_decided`` stands for, and itself.
+_STEPS = ("open_call", "park", "decide", "open_decided")
+
+
+def _unpatched(store: ApprovalStore, steps: tuple[Any, ...]) -> bool:
+    """Whether the store's steps are still those `_fused_steps` found when the runner was
+    built: nothing patched on the instance, or on the class since (a deployment's hook,
+    a test's spy), which the one-step path would never call."""
+    own = getattr(store, "__dict__", None)
+    if own and any(step in own for step in _STEPS):
+        return False
+    cls = type(store)
+    return (cls.open_call is steps[0] and cls.park is steps[1]
+            and cls.decide is steps[2] and getattr(cls, "open_decided", None) is steps[3])
 
 
 def _fused_steps(store: ApprovalStore) -> Callable[..., str | None] | None:

@@ -147,3 +147,42 @@ async def test_a_tools_own_hooks_are_never_bypassed() -> None:
     assert await r.call("add", {"n": 1}) == {"n": 2}  # the subclass says no human
     assert await r.call("plain", {"n": 1}) == {
         "status": "blocked", "error": "refused by the instance's own precheck"}
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("where", ["instance", "class"])
+@pytest.mark.parametrize("step", ["open_call", "park", "decide"])
+async def test_a_step_patched_on_the_store_is_called(
+        monkeypatch: pytest.MonkeyPatch, step: str, where: str, when: str) -> None:
+    """The one-step path stands for open_call, park and decide only while they are the
+    store's own: a step patched on the instance, or on the class after the runner was
+    built (a deployment's hook that logs or checks each decision, a test's spy), is
+    called, as on the general path. The check was made once, at construction, and of
+    the class only."""
+    class Store(MemoryApprovalStore):
+        pass
+
+    store = Store()
+    seen: list[str] = []
+    original = getattr(store, step)
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(step)
+        return original(*args, **kwargs)
+
+    def patch() -> None:
+        if where == "instance":
+            monkeypatch.setattr(store, step, spy)
+        else:
+            monkeypatch.setattr(Store, step, lambda self, *a, **k: spy(*a, **k))
+
+    if when == "before":
+        patch()
+    r = ToolRunner([FunctionTool(add, require_confirmation=True)], provider=AutoApprove(),
+                   store=store, session_id="s1")
+    if when == "after":
+        patch()
+    assert await r.call("add", {"n": 1}, call_id="c1") == {"n": 2}
+    assert seen == [step]
+    assert [s for s, _at, _ in store.journal("c1")] == [
+        "new", "awaiting", "approved", "started", "done"]
