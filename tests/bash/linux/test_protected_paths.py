@@ -619,3 +619,42 @@ async def test_a_workspace_that_is_a_bare_repository(shared_workspace: Path, hom
                           protect=True)  # fmt: skip
     assert (shared_workspace / "config").read_text() == before, result
     assert not (shared_workspace / "hooks" / "pre-receive").exists()
+
+
+@needs_mounts
+@pytest.mark.xfail(strict=True, reason=(
+    "the placeholders of a run are removed by the agent after the run (and by the next "
+    "run in that workspace); nobody removes them when the agent is SIGKILLed mid-run. "
+    "Not a regression of issue 19 (76682a6 leaves them too); the fix belongs in "
+    "protected.py / the spawner, being changed by another engineer"))
+def test_an_agent_killed_mid_run_leaves_no_placeholder_in_the_workspace(
+        tmp_path: Path) -> None:
+    """``sandbox run`` SIGKILLed while its command runs: the empty read-only directories
+    made for the run in place of missing protected names (``.envrc``, ``.bashrc``,
+    ``.vscode``, ``.git/commondir``, ...) stay in the user's workspace."""
+    import signal
+    import time
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    started = workspace / "started"
+    started.touch()
+    before = sorted(p.relative_to(workspace) for p in workspace.rglob("*"))
+    started.unlink()
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "sandbox", "run", "--approve", "auto", "--workspace",
+         str(workspace), "--", "touch started && sleep 60"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists():
+            assert time.monotonic() < deadline and agent.poll() is None, "no run started"
+            time.sleep(0.02)
+        assert (workspace / ".envrc").is_dir()  # a placeholder, while the command runs
+    finally:
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(timeout=10)
+    time.sleep(3)  # the spawner sees its agent die and ends the run
+    after = sorted(p.relative_to(workspace) for p in workspace.rglob("*"))
+    assert after == before, sorted(set(after) - set(before))
