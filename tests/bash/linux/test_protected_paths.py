@@ -658,3 +658,39 @@ def test_an_agent_killed_mid_run_leaves_no_placeholder_in_the_workspace(
     time.sleep(3)  # the spawner sees its agent die and ends the run
     after = sorted(p.relative_to(workspace) for p in workspace.rglob("*"))
     assert after == before, sorted(set(after) - set(before))
+
+
+_AGENT_IN_ITS_OWN_TREE = r"""
+import sys, anyio
+from sandbox import ExecuteBashTool, ToolConfirmation, ToolContext
+import sandbox
+assert sandbox.__file__.startswith(sys.argv[1]), sandbox.__file__
+tool = ExecuteBashTool(workspace=sys.argv[1])
+ctx = ToolContext(function_call_id="c", tool_confirmation=ToolConfirmation(confirmed=True))
+result = anyio.run(lambda: tool.run_async(
+    args={"command": "echo '# planted' >> sandbox/bash/network/_forwarder_main.py"},
+    tool_context=ctx))
+print(result.get("returncode"), result.get("stderr", "").strip())
+"""
+
+
+@needs_mounts
+@pytest.mark.xfail(strict=True, reason=(
+    "a workspace that holds the sandbox package the agent runs (an editable install of "
+    "the repository the agent works on) lets a command rewrite the library: the "
+    "spawner, the parse worker and the forwarding process the next agent starts run "
+    "that code outside the confinement. The package's own directory is not among the "
+    "protected paths (protected.py, in flight elsewhere)"))
+def test_a_command_cannot_rewrite_the_package_its_agent_runs(tmp_path: Path) -> None:
+    workspace = tmp_path / "repo"
+    workspace.mkdir()
+    shutil.copytree(REPO / "sandbox", workspace / "sandbox",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    target = workspace / "sandbox" / "bash" / "network" / "_forwarder_main.py"
+    before = target.read_bytes()
+    done = subprocess.run(
+        [sys.executable, "-c", _AGENT_IN_ITS_OWN_TREE, str(workspace)],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(workspace)}, cwd=workspace)
+    assert done.returncode == 0, done.stderr
+    assert target.read_bytes() == before, done.stdout
