@@ -184,8 +184,8 @@ REVERSE = "\x1b[7m"
 #: the bash layer registers "bash" (`sandbox.bash.display`). The gate knows none itself.
 _HIGHLIGHTERS: dict[str, Callable[[str, bool], str]] = {}
 #: Where the package's own highlighters register themselves, imported the first time
-#: their syntax is asked for: the package's top level imports nothing (docs/
-#: architecture.md), so a tool that renders "bash" without the bash layer having been
+#: their syntax is asked for: the package's top level imports nothing
+#: (docs/architecture.md), so a tool that renders "bash" without the bash layer having been
 #: imported (a FunctionTool of the user's) still gets its colours. A name, not an
 #: import: the gate does not depend on the bash layer.
 _SHIPPED_HIGHLIGHTERS = {"bash": "sandbox.bash.display"}

@@ -175,6 +175,8 @@ class ToolRunner(FrameworkHooks):
         # step (`MemoryApprovalStore.open_decided`): the fast path of `_decided_at_once`.
         self._open_decided: Callable[..., str | None] | None = (
             None if self.store.blocking else _fused_steps(self.store))
+        # The class's steps it stands for, checked again at each call (`_unpatched`).
+        self._steps = tuple(getattr(type(self.store), step, None) for step in _STEPS)
         if self.store.blocking:  # a store shared with other processes: report their dead
             self._transitions.report_in_doubt(self.store.in_doubt())
 
@@ -255,7 +257,8 @@ class ToolRunner(FrameworkHooks):
                 return ended
             return await self._execution.replay(ended, call)
         assert isinstance(verdict, gate.Ask)
-        if self._open_decided is not None and self.provider is not None and not call.audited:
+        if self._open_decided is not None and self.provider is not None and not call.audited \
+                and _unpatched(self.store, self._steps):
             fixed = fixed_answer(self.provider)
             if fixed is not None:
                 confirmation = self._decided_at_once(call, verdict, fixed)
@@ -643,16 +646,41 @@ _WORDS = {"yes", "y", "no", "n", "ok", "approve", "approved", "deny", "denied", 
           "once", "always", "session"}
 
 
+#: The steps ``open_decided`` stands for, and itself; then the capabilities the general
+#: path would use instead of those steps (store/capabilities.py), which the class that
+#: defines ``open_decided`` must not have gained in a subclass either.
+_STEPS = ("open_call", "park", "decide", "open_decided", "open_and_park",
+          "parked_request", "decide_parked", "batch")
+
+
+_STEP_NAMES = frozenset(_STEPS)
+
+
+def _unpatched(store: ApprovalStore, steps: tuple[Any, ...]) -> bool:
+    """Whether the store's steps are still those `_fused_steps` found when the runner was
+    built: nothing patched on the instance, or on the class since (a deployment's hook,
+    a test's spy), which the one-step path would never call. (A capability the class
+    lacked is looked for when the runner is built only: a failed lookup costs more than
+    the rest of this check.)"""
+    own = getattr(store, "__dict__", None)
+    if own and not _STEP_NAMES.isdisjoint(own):
+        return False
+    cls = type(store)
+    return (cls.open_call is steps[0] and cls.park is steps[1]
+            and cls.decide is steps[2] and cls.open_decided is steps[3])  # type: ignore[attr-defined]
+
+
 def _fused_steps(store: ApprovalStore) -> Callable[..., str | None] | None:
     """The store's ``open_decided``, when the three steps it stands for (``open_call``,
-    ``park``, ``decide``) are those of the class that defines it: a subclass that
-    overrides one of them (to log or check something) has it called."""
+    ``park``, ``decide``) and the capabilities the general path would use instead
+    (`_STEPS`) are those of the class that defines it: a subclass that overrides or adds
+    one of them (to log or check something) has it called."""
     if not isinstance(store, DecidesAtOnce):
         return None
     fused = store.open_decided
     defining = next((cls for cls in type(store).__mro__ if "open_decided" in vars(cls)), None)
-    if defining is None or any(getattr(type(store), step, None) is not getattr(defining, step)
-                               for step in ("open_call", "park", "decide")):
+    if defining is None or any(getattr(type(store), step, None)
+                               is not getattr(defining, step, None) for step in _STEPS):
         return None
     return fused
 

@@ -79,9 +79,9 @@ def kind_of(ref: str | os.PathLike[str] | None) -> tuple[str, Any]:
     if ref.startswith(POSTGRES_SCHEMES):
         return "postgresql", ref
     if ref.startswith(("postgresql:", "postgres:")):
-        from sandbox.approval.store.postgres import redacted
+        from sandbox.approval.store.postgres import scrubbed
 
-        raise StoreError(f"{redacted(ref)}: a PostgreSQL store is named by a URL, "
+        raise StoreError(f"{scrubbed(ref, ref)}: a PostgreSQL store is named by a URL, "
                          "postgresql://user@host/database")
     if ref.startswith(_SQLITE_URL):
         path = ref[len(_SQLITE_URL):]

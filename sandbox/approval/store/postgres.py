@@ -136,8 +136,21 @@ def _passwords(url: str) -> list[str]:
         found = [parts.password or ""] + [v for k, v in parse_qsl(parts.query)
                                           if k.lower() == "password"]
     except ValueError:
-        return []
-    return [p for p in found if p]
+        found = []
+    # Read by hand too: a URL Python cannot split (libpq quotes it whole in its error)
+    # or one without "//" still carries them.
+    userinfo = re.match(r"[A-Za-z][A-Za-z0-9+.-]*:(?://)?([^/?#]*)@", url)
+    if userinfo and ":" in userinfo.group(1):
+        found.append(userinfo.group(1).split(":", 1)[1])
+    found += re.findall(r"(?i)password=([^&#\s\"']+)", url)
+    return sorted({p for p in found if p}, key=len, reverse=True)
+
+
+def scrubbed(text: str, url: str) -> str:
+    """``text`` with every password ``url`` carries written as ``***``."""
+    for secret in _passwords(url):
+        text = text.replace(secret, "***")
+    return text
 
 
 def is_postgres_url(ref: object) -> bool:
@@ -277,8 +290,7 @@ class PostgresApprovalStore(SQLApprovalStore):
             if any(m in str(exc) for m in _STARTING):
                 raise _Starting from None
             cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            for secret in _passwords(self._url):
-                cause = cause.replace(secret, "***")
+            cause = scrubbed(cause, self._url)
             raise StoreError(
                 f"cannot connect to approval store {self.url}: {cause} (check the URL, that "
                 "the server is running and reachable, and the user's permissions)") from None

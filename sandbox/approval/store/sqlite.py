@@ -203,9 +203,13 @@ class SQLiteApprovalStore(SQLApprovalStore):
                 pass
             else:
                 os.close(fd)
+        # SQLite built with SQLITE_USE_URI (Debian's) reads a name beginning with "file:"
+        # as a URI even without uri=True: "file:x.db" opened x.db (with the umask's mode),
+        # "file:x.db?mode=memory" no file at all. The file named is the one opened.
+        name = target if not target.startswith("file:") else os.path.join(".", target)
         try:
             self._db = sqlite3.connect(
-                target, timeout=busy_timeout, isolation_level=None, check_same_thread=False,
+                name, timeout=busy_timeout, isolation_level=None, check_same_thread=False,
                 cached_statements=256,  # every statement the store runs stays prepared
             )
             self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")

@@ -564,13 +564,24 @@ if hasattr(os, "register_at_fork"):
 
 
 # The spawner's own program, run with -I -S (no site hooks, no current directory, no
-# PYTHONPATH) and the directory holding this package last on its path: it imports the
-# Linux layer the usual way (the package's top levels import nothing themselves, so not
-# pydantic, anyio or tree-sitter) and runs serve().
+# PYTHONPATH): it loads the `sandbox` package from the directory holding it and nothing
+# else from there (`_PACKAGE_ONLY`: that directory on sys.path let a module planted
+# beside the package under a name the standard library probes for, pickle's
+# ``org.python.core``, run in this process), imports the Linux layer the usual way (the
+# package's top levels import nothing themselves, so not pydantic, anyio or
+# tree-sitter) and runs serve().
+_PACKAGE_ONLY = (
+    "import importlib.util\n"
+    "from importlib.machinery import PathFinder\n"
+    "_spec = PathFinder.find_spec('sandbox', [root])\n"
+    "assert _spec is not None and _spec.loader is not None, root\n"
+    "sys.modules['sandbox'] = _module = importlib.util.module_from_spec(_spec)\n"
+    "_spec.loader.exec_module(_module)\n"
+)
 _BOOT = r"""
 import sys
 root, fd, agent = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-sys.path.append(root)
+""" + _PACKAGE_ONLY + r"""
 from sandbox.bash.linux.spawner_main import serve
 serve(fd, agent)
 """

@@ -57,7 +57,12 @@ def guard_dir() -> str:
     bash would skip it on PATH and run the real git unguarded.
     """
     root = Path(tempfile.mkdtemp(prefix="sandbox-git-guard-"))
-    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    # Removed at exit by the process that made it only: a forked child inherits the
+    # handler, and its exit removed the directory its parent's commands still name
+    # first on PATH (every git then failed, and another user could make it again). A
+    # child keeps using its parent's: a tool built before the fork lets its commands
+    # read that directory and no other (ExecuteBashTool's readable_paths).
+    atexit.register(_remove, root, os.getpid())
     script = root / "git"
     text = (GUARD_DIR / "git").read_text(encoding="utf-8")
     bash = shutil.which("bash") or "/bin/bash"  # where this machine has it
@@ -82,6 +87,11 @@ def guard_dir() -> str:
         (root / "real-git").write_text(os.path.realpath(real) + "\n")
     root.chmod(0o755)
     return os.fspath(root)
+
+
+def _remove(root: Path, maker: int) -> None:
+    if os.getpid() == maker:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # A git that did not come through the guard (run by absolute path, or the guard's

@@ -60,7 +60,13 @@ _GUARD_CODE = (
     "import sys\n"
     "root, *paths = sys.argv[1:]\n"
     "sys.path[:0] = paths\n"
-    "sys.path.append(root)\n"
+    # Only the `sandbox` package from its directory (see spawner._PACKAGE_ONLY).
+    "import importlib.util\n"
+    "from importlib.machinery import PathFinder\n"
+    "_spec = PathFinder.find_spec('sandbox', [root])\n"
+    "assert _spec is not None and _spec.loader is not None, root\n"
+    "sys.modules['sandbox'] = _module = importlib.util.module_from_spec(_spec)\n"
+    "_spec.loader.exec_module(_module)\n"
     "from sandbox.bash.syntax.guard import _serve\n"
     "_serve(sys.stdin.buffer, sys.stdout.buffer)\n"
 )

@@ -147,3 +147,71 @@ async def test_a_tools_own_hooks_are_never_bypassed() -> None:
     assert await r.call("add", {"n": 1}) == {"n": 2}  # the subclass says no human
     assert await r.call("plain", {"n": 1}) == {
         "status": "blocked", "error": "refused by the instance's own precheck"}
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("where", ["instance", "class"])
+@pytest.mark.parametrize("step", ["open_call", "park", "decide"])
+async def test_a_step_patched_on_the_store_is_called(
+        monkeypatch: pytest.MonkeyPatch, step: str, where: str, when: str) -> None:
+    """The one-step path stands for open_call, park and decide only while they are the
+    store's own: a step patched on the instance, or on the class after the runner was
+    built (a deployment's hook that logs or checks each decision, a test's spy), is
+    called, as on the general path. The check was made once, at construction, and of
+    the class only."""
+    class Store(MemoryApprovalStore):
+        pass
+
+    store = Store()
+    seen: list[str] = []
+    original = getattr(store, step)
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(step)
+        return original(*args, **kwargs)
+
+    def patch() -> None:
+        if where == "instance":
+            monkeypatch.setattr(store, step, spy)
+        else:
+            monkeypatch.setattr(Store, step, lambda self, *a, **k: spy(*a, **k))
+
+    if when == "before":
+        patch()
+    r = ToolRunner([FunctionTool(add, require_confirmation=True)], provider=AutoApprove(),
+                   store=store, session_id="s1")
+    if when == "after":
+        patch()
+    assert await r.call("add", {"n": 1}, call_id="c1") == {"n": 2}
+    assert seen == [step]
+    assert [s for s, _at, _ in store.journal("c1")] == [
+        "new", "awaiting", "approved", "started", "done"]
+
+
+async def test_a_capability_a_store_subclass_adds_is_used() -> None:
+    """A store subclass that adds a capability the general path uses instead of the
+    three steps (``open_and_park``: `OpensAndParks`) has it called: the one-step path
+    stands only for steps it knows are the store's own."""
+    seen: list[str] = []
+
+    class Store(MemoryApprovalStore):
+        def open_and_park(self, *, call_id: str, tool: str, digest: str,
+                          args: dict[str, Any], session_id: str | None,
+                          args_json: str | None, hint: str, payload: Any, kind: str,
+                          expires_at: float | None, details: dict[str, Any] | None,
+                          edited_from: str | None) -> Any:
+            seen.append("open_and_park")
+            rec = self.open_call(call_id, tool, digest, args, session_id,
+                                 args_json=args_json)
+            if rec is not None:
+                return rec
+            return self.park(call_id=call_id, tool=tool, args=args, digest=digest,
+                             hint=hint, payload=payload, kind=kind, expires_at=expires_at,
+                             details=details, edited_from=edited_from,
+                             session_id=session_id, args_json=args_json)
+
+    store = Store()
+    r = ToolRunner([FunctionTool(add, require_confirmation=True)], provider=AutoApprove(),
+                   store=store, session_id="s1")
+    assert await r.call("add", {"n": 1}, call_id="c1") == {"n": 2}
+    assert seen == ["open_and_park"]

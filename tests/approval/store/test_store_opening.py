@@ -173,3 +173,29 @@ def test_opening_postgresql_without_psycopg_says_how_to_install_it(
     monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg -> ImportError
     with pytest.raises(StoreError, match=r"pip install 'sandbox\[postgres\]'"):
         open_store("postgresql://nobody@localhost/none")
+
+
+@pytest.mark.parametrize("name", ["file:x.db", "file:x.db?mode=memory", "file:x.db#y"])
+def test_a_path_that_looks_like_a_sqlite_uri_opens_that_very_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """SQLite (built with SQLITE_USE_URI, as Debian's is) reads a file name beginning
+    with ``file:`` as a URI even without ``uri=True``: ``ApprovalStore("file:x.db")``
+    opened ``x.db``, created by SQLite with the umask's mode (0644: the store readable by
+    every user), left an empty ``file:x.db`` behind, and ``?mode=memory`` made a store
+    that was never on disk. The file named is the store, private to its user."""
+    monkeypatch.chdir(tmp_path)
+    store = ApprovalStore(name)
+    try:
+        store.open_call("c1", "t", "d", {})
+    finally:
+        store.close()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(
+        ("-wal", "-shm"))) == [name]
+    made = tmp_path / name
+    assert made.stat().st_size > 0
+    assert (made.stat().st_mode & 0o777) == 0o600
+    reopened = ApprovalStore(str(made))
+    try:
+        assert reopened.get_call("c1").tool == "t"
+    finally:
+        reopened.close()

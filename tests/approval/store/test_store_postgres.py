@@ -319,6 +319,22 @@ def test_an_unreachable_server_is_a_clear_error_without_the_password(tmp_path: P
         open_store("mysql://x@y/z")
 
 
+@pytest.mark.parametrize("url", [
+    "postgresql://alice:s3cret@[::1:1/db",  # libpq quotes an unparsable URI whole
+    "postgres:alice:s3cret@host/db",  # not a URL at all (no //)
+    "postgresql:alice:s3cret@host/db",
+    "postgresql://[::1:1/db?password=s3cret",
+])
+def test_a_malformed_url_is_a_clear_error_without_the_password(url: str) -> None:
+    """A URL Python cannot split (or no URL at all) had nothing redacted: the error, and
+    every log or traceback that shows it, held the password."""
+    with pytest.raises(StoreError) as err:
+        open_store(url)
+    text = str(err.value)
+    assert "s3cret" not in text, text
+    assert "postgresql://" in text  # it still says what a reference looks like, or which
+
+
 def test_without_psycopg_the_error_names_the_extra(pg_url: str) -> None:
     code = ("import sys; sys.modules['psycopg'] = None\n"
             "from sandbox.approval.store import open_store\n"

@@ -740,3 +740,78 @@ async def test_runs_after_the_first_scan_their_workspace_on_the_loop(
     assert protected.scan in hops  # the root changed: walked again, in a thread
     assert result["returncode"] != 0 and "Read-only" in result["stderr"], result
     assert (shared_workspace / "sub" / ".git" / "config").read_text() == "[core]\n"
+
+
+@needs_mounts
+@pytest.mark.xfail(strict=True, reason=(
+    "the placeholders of a run are removed by the agent after the run (and by the next "
+    "run in that workspace); nobody removes them when the agent is SIGKILLed mid-run. "
+    "Not a regression of issue 19 (76682a6 leaves them too); the fix belongs in "
+    "protected.py / the spawner, being changed by another engineer"))
+def test_an_agent_killed_mid_run_leaves_no_placeholder_in_the_workspace(
+        tmp_path: Path) -> None:
+    """``sandbox run`` SIGKILLed while its command runs: the empty read-only directories
+    made for the run in place of missing protected names (``.envrc``, ``.bashrc``,
+    ``.vscode``, ``.git/commondir``, ...) stay in the user's workspace."""
+    import signal
+    import time
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    started = workspace / "started"
+    started.touch()
+    before = sorted(p.relative_to(workspace) for p in workspace.rglob("*"))
+    started.unlink()
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "sandbox", "run", "--approve", "auto", "--workspace",
+         str(workspace), "--", "touch started && sleep 60"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists():
+            assert time.monotonic() < deadline and agent.poll() is None, "no run started"
+            time.sleep(0.02)
+        assert (workspace / ".envrc").is_dir()  # a placeholder, while the command runs
+    finally:
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(timeout=10)
+    time.sleep(3)  # the spawner sees its agent die and ends the run
+    after = sorted(p.relative_to(workspace) for p in workspace.rglob("*"))
+    assert after == before, sorted(set(after) - set(before))
+
+
+_AGENT_IN_ITS_OWN_TREE = r"""
+import sys, anyio
+from sandbox import ExecuteBashTool, ToolConfirmation, ToolContext
+import sandbox
+assert sandbox.__file__.startswith(sys.argv[1]), sandbox.__file__
+tool = ExecuteBashTool(workspace=sys.argv[1])
+ctx = ToolContext(function_call_id="c", tool_confirmation=ToolConfirmation(confirmed=True))
+result = anyio.run(lambda: tool.run_async(
+    args={"command": "echo '# planted' >> sandbox/bash/network/_forwarder_main.py"},
+    tool_context=ctx))
+print(result.get("returncode"), result.get("stderr", "").strip())
+"""
+
+
+@needs_mounts
+@pytest.mark.xfail(strict=True, reason=(
+    "a workspace that holds the sandbox package the agent runs (an editable install of "
+    "the repository the agent works on) lets a command rewrite the library: the "
+    "spawner, the parse worker and the forwarding process the next agent starts run "
+    "that code outside the confinement. The package's own directory is not among the "
+    "protected paths (protected.py, in flight elsewhere)"))
+def test_a_command_cannot_rewrite_the_package_its_agent_runs(tmp_path: Path) -> None:
+    workspace = tmp_path / "repo"
+    workspace.mkdir()
+    shutil.copytree(REPO / "sandbox", workspace / "sandbox",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    target = workspace / "sandbox" / "bash" / "network" / "_forwarder_main.py"
+    before = target.read_bytes()
+    done = subprocess.run(
+        [sys.executable, "-c", _AGENT_IN_ITS_OWN_TREE, str(workspace)],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(workspace)}, cwd=workspace)
+    assert done.returncode == 0, done.stderr
+    assert target.read_bytes() == before, done.stdout

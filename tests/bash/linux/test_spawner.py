@@ -333,3 +333,44 @@ def test_an_agent_killed_before_telling_the_spawner_its_zygote_was_taken_leaves_
     # cgroups, killing what they hold, and hide an escape).
     time.sleep(0.1)
     assert _with_marker(marker) == [], "a process of the command outlived its agent"
+
+
+def _planted_root(tmp_path: Path) -> tuple[Path, Path]:
+    """A directory holding the `sandbox` package (a symbolic link to this one) and a
+    module the standard library probes for and never finds (``org``: pickle and copy
+    try ``from org.python.core import PyStringMap``, Jython's). The boot code of a
+    process started with ``-I -S`` appends the package's directory to sys.path; a
+    workspace that is that directory (an editable install) then had the process run
+    whatever an agent wrote there under such a name, outside every confinement."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "sandbox").symlink_to(Path(__import__("sandbox").__file__).parent)
+    marker = tmp_path / "ran"
+    (root / "org").mkdir()
+    (root / "org" / "__init__.py").write_text(
+        f"open({str(marker)!r}, 'w').write('planted module ran')\n")
+    return root, marker
+
+
+def test_the_spawner_imports_nothing_but_its_package_from_the_packages_directory(
+        tmp_path: Path) -> None:
+    import socket
+
+    from sandbox.bash.linux.spawner import _BOOT
+
+    root, marker = _planted_root(tmp_path)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours, theirs:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _BOOT, str(root), str(theirs.fileno()),
+             str(os.getpid())], pass_fds=(theirs.fileno(),), cwd="/",
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        theirs.close()
+        ours.settimeout(30)
+        try:
+            ready = ours.recv(65536)  # the spawner's "ready": it imported what it needs
+        finally:
+            ours.close()
+            _, err = proc.communicate(timeout=30)
+    assert ready, err.decode(errors="replace")
+    assert not marker.exists(), marker.read_text()

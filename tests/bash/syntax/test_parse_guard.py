@@ -94,3 +94,23 @@ def test_code_points_that_crash_tree_sitter_bash_are_refused_before_parsing() ->
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_the_parse_worker_imports_nothing_but_its_package_from_the_packages_directory(
+        tmp_path: Path) -> None:
+    """See tests/bash/linux/test_spawner.py: a module an agent plants beside the
+    `sandbox` package under a name the standard library probes for is not run by the
+    parse worker (started with ``-I -S`` and the package's directory)."""
+    import subprocess
+    import sys
+
+    from sandbox.bash.syntax import guard
+    from tests.bash.linux.test_spawner import _planted_root
+
+    root, marker = _planted_root(tmp_path)
+    worker = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", guard._GUARD_CODE + "print('served')\n",
+         str(root), *guard._GUARD_PATHS],
+        input=b"", capture_output=True, cwd="/", env={}, timeout=60, check=False)
+    assert b"served" in worker.stdout, worker.stderr.decode(errors="replace")
+    assert not marker.exists(), marker.read_text()
