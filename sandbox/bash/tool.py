@@ -8,6 +8,7 @@ never approve) a command that would not be allowed to run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 from collections.abc import Callable
@@ -106,7 +107,8 @@ class ExecuteBashTool(BaseTool):
             writable_paths=policy.writable_paths,
             network=policy.network,
             mode=policy.confinement,
-            protected_paths=resolve_protected(policy.protected_paths),
+            protected_paths=_with_agent_code(resolve_protected(policy.protected_paths),
+                                             self.workspace),
         )
         self._allowlist = Allowlist.parse(policy.allowed_domains)
         self._limits = Limits(
@@ -315,3 +317,37 @@ def _containment_report(outcome: ProcessResult, limits: Limits) -> dict[str, str
         state = "inactive" if "ineffective" in outcome.nproc_enforcement else "active"
         report["max-child-processes"] = f"{state}: {outcome.nproc_enforcement}"
     return report
+
+
+def _with_agent_code(patterns: tuple[str, ...], workspace: pathlib.Path) -> tuple[str, ...]:
+    """`patterns` and, anchored, every directory of the agent's own code that lies inside
+    the workspace: this package (an editable install of the repository the agent works
+    on) and the interpreter's environment and site-packages (a ``./.venv``). A command
+    that rewrote them would run its code in the agent, the spawner, the parse worker or
+    the proxy's forwarder when they next import it, outside the confinement. Not when
+    the policy protects nothing (``protected_paths=()``: that wall is switched off, and
+    `open_walls` says so), nor a directory that is the workspace itself."""
+    if not patterns:
+        return patterns
+    import site
+    import sys
+
+    candidates = {pathlib.Path(__file__).resolve().parents[1], pathlib.Path(sys.prefix)}
+    with contextlib.suppress(AttributeError, OSError):
+        candidates.update(pathlib.Path(p) for p in site.getsitepackages())
+    extra: list[str] = []
+    for candidate in sorted(candidates):
+        try:
+            inside = candidate.resolve().relative_to(workspace)
+        except (OSError, ValueError):
+            continue
+        entry = "/" + inside.as_posix()
+        if not inside.parts or entry in patterns or entry in extra:
+            continue
+        try:
+            resolve_protected((entry,))  # a name no pattern can spell (wildcards) is left
+        except ConfigurationError:
+            continue
+        extra.append(entry)
+    return (*patterns, *extra)
+

@@ -796,13 +796,10 @@ print(result.get("returncode"), result.get("stderr", "").strip())
 
 
 @needs_mounts
-@pytest.mark.xfail(strict=True, reason=(
-    "a workspace that holds the sandbox package the agent runs (an editable install of "
-    "the repository the agent works on) lets a command rewrite the library: the "
-    "spawner, the parse worker and the forwarding process the next agent starts run "
-    "that code outside the confinement. The package's own directory is not among the "
-    "protected paths (protected.py, in flight elsewhere)"))
 def test_a_command_cannot_rewrite_the_package_its_agent_runs(tmp_path: Path) -> None:
+    # A workspace that holds the sandbox package the agent runs (an editable install of
+    # the repository the agent works on): a rewritten library would run in the spawner,
+    # the parse worker and the forwarder the next agent starts, outside the confinement.
     workspace = tmp_path / "repo"
     workspace.mkdir()
     shutil.copytree(REPO / "sandbox", workspace / "sandbox",
@@ -815,3 +812,26 @@ def test_a_command_cannot_rewrite_the_package_its_agent_runs(tmp_path: Path) -> 
         env={**os.environ, "PYTHONPATH": str(workspace)}, cwd=workspace)
     assert done.returncode == 0, done.stderr
     assert target.read_bytes() == before, done.stdout
+
+
+@needs_mounts
+@pytest.mark.parametrize("protect", [True, False], ids=["protected", "control"])
+async def test_a_command_cannot_rewrite_the_agents_environment_inside_the_workspace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, protect: bool) -> None:  # fmt: skip
+    # The agent's interpreter environment in the workspace (./.venv): a package a command
+    # rewrote there would run in the agent at its next import. With protected paths off
+    # (the control), the same write goes through: the attack is real.
+    import sys
+
+    workspace = tmp_path / "project"
+    (workspace / ".venv" / "lib").mkdir(parents=True)
+    module = workspace / ".venv" / "lib" / "helper.py"
+    module.write_text("VALUE = 1\n")
+    monkeypatch.setattr(sys, "prefix", str(workspace / ".venv"))
+    result = await attack(workspace, "echo 'import os; os.system(\"id\")' >> .venv/lib/helper.py",
+                          protect=protect)
+    if protect:
+        assert module.read_text() == "VALUE = 1\n", result
+        assert result["returncode"] != 0
+    else:
+        assert "os.system" in module.read_text(), result
