@@ -29,7 +29,6 @@ import pytest
 from sandbox import BashToolPolicy, ExecuteBashTool, ToolConfirmation, ToolContext
 from sandbox.bash.linux import confinement
 from sandbox.bash.linux.confinement import ConfinementRequest, seccomp_program
-from sandbox.bash.run import process as process_module
 from sandbox.bash.run import reservations
 from sandbox.errors import ConfigurationError, PolicyFileError
 from sandbox.policies import resolve
@@ -73,7 +72,7 @@ SPAWN_PATHS = ("fresh", "zygote")
 def spawn_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     mode: str = request.param
     if mode == "fresh":
-        monkeypatch.setattr(process_module, "_reserve", lambda *args: None)
+        monkeypatch.setattr(reservations, "_reserve", lambda *args: None)
     return mode
 
 

@@ -424,7 +424,7 @@ async def test_without_a_mount_namespace_landlock_refuses_the_writes(
         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     monkeypatch.setenv(confinement.UNAVAILABLE_ENV, "private-proc,mount-ns")
     confinement._reset_detection_for_tests()
-    monkeypatch.setattr(protected, "_probed", None)
+    monkeypatch.setattr(protected_apply, "_probed", None)
     try:
         make_repo(home, shared_workspace)
         (shared_workspace / "src").mkdir()
