@@ -393,7 +393,10 @@ def serve(fd: int, agent: int) -> None:
         agent_fd = os.pidfd_open(agent)
     except ProcessLookupError:
         return
-    _send(control, ("ready",))
+    try:
+        _send(control, ("ready",))
+    except OSError:
+        return  # the agent is gone already (it exited right after starting us)
     jobs: dict[int, _Job] = {}
     agent_died = False
     poller = select.poll()
