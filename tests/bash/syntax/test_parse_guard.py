@@ -3,37 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from sandbox import (
-    BashToolPolicy,
-    CallbackConfirmationProvider,
-    Decision,
-    ExecuteBashTool,
-    ToolRunner,
-)
+from sandbox import BashToolPolicy
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
-
-
-class Human:
-    """Scripted answers; records what it was asked. Unscripted questions are denied."""
-
-    def __init__(self, *answers: Decision) -> None:
-        self.answers = list(answers)
-        self.asked: list[str] = []
-
-    def __call__(self, request: Any) -> Decision:
-        self.asked.append(request.args["command"])
-        return self.answers.pop(0) if self.answers else Decision.deny("not scripted")
-
-
-def _bash_runner(workspace: Path, human: Human) -> ToolRunner:
-    policy = BashToolPolicy(allowed_command_prefixes=("echo", "cat"))
-    tool = ExecuteBashTool(workspace=workspace, policy=policy)
-    return ToolRunner([tool], provider=CallbackConfirmationProvider(human), session_id="s1")
+pytestmark = pytest.mark.timeout(30)
 
 
 def test_a_parser_crash_in_the_guard_child_refuses_the_command_without_parsing_here(
